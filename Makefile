@@ -1,0 +1,45 @@
+# dtlab -- two commands on a fresh machine:
+#   make lab    install into .venv (created or reused) and open the course in JupyterLab
+#   make test   install into .venv and run the whole test suite
+#
+# torch: with NVIDIA GPUs (nvidia-smi works) pip installs a CUDA build; without, the pinned CPU
+# build. Override with TORCH_SPEC=... and/or TORCH_INDEX=<index url> (for instance
+# TORCH_INDEX=https://download.pytorch.org/whl/cpu on a laptop without GPUs).
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+HAS_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1)
+TORCH_SPEC ?= $(if $(HAS_GPU),torch>=2.6,torch==2.13.0)
+TORCH_INDEX ?=
+LAB_ARGS ?=
+PYTEST_ARGS ?=
+STAMP := $(VENV)/.dtlab-installed
+
+.PHONY: lab test install bench doctor clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "dtlab needs Python >= 3.10; run: make PYTHON=python3.11 ...")'
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	@$(PY) -c 'import torch' 2>/dev/null || \
+	  $(PY) -m pip install --quiet "$(TORCH_SPEC)" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
+	$(PY) -m pip install --quiet -e ".[test]"
+	@touch $(STAMP)
+
+lab: $(STAMP)
+	cd notebooks && ../$(VENV)/bin/jupyter lab $(LAB_ARGS)
+
+test: $(STAMP)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+bench: $(STAMP)
+	$(PY) bench/launch.py
+
+doctor: $(STAMP)
+	$(VENV)/bin/dtlab doctor
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache

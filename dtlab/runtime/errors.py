@@ -1,0 +1,154 @@
+"""Failures are data: what went wrong on each rank, and which failure came first.
+
+Modelled on torch elastic's ``ProcessFailure`` / ``ChildFailedError``: every failing rank is
+reported, and the earliest *primary* failure is named the root cause. A failure that only echoes
+another rank's death ("Connection closed by peer" in gloo, "remote process exited" in NCCL) is
+marked secondary, so it cannot be blamed while a primary failure exists.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .results import Results
+
+
+class LaunchError(ValueError):
+    """Bad input to :func:`dtlab.run` or :class:`dtlab.Pool`, found before any rank started."""
+
+
+class PoolBrokenError(RuntimeError):
+    """The pool lost a rank; call ``pool.restart()`` (or ``%dtlab restart``) to get a fresh one."""
+
+
+# Messages a rank prints when it fails *because another rank went away*.
+_SECONDARY = re.compile(
+    r"Connection closed by peer|Connection reset by peer|Broken pipe|"
+    r"remote process exited|ncclRemoteError|NCCL communicator was aborted|"
+    r"Socket Timeout|Connection refused|ECONNRESET|EPIPE|"
+    r"DistNetworkError|DistBackendError: .*(closed|reset)",
+    re.IGNORECASE,
+)
+
+
+def signal_name(exit_code: int | None) -> str | None:
+    if exit_code is None or exit_code >= 0:
+        return None
+    try:
+        return signal.Signals(-exit_code).name
+    except ValueError:
+        return f"signal {-exit_code}"
+
+
+@dataclass
+class Failure:
+    """One rank's failure.
+
+    kind: ``exception`` (fn raised), ``exit`` (the process exited non-zero without a Python
+    exception, e.g. ``os._exit(3)``), ``signal`` (killed by a signal, e.g. a segfault),
+    ``no_result`` (exited 0 but ``fn`` never returned, e.g. ``os._exit(0)``).
+    """
+
+    rank: int
+    kind: str
+    exit_code: int | None
+    summary: str  # one line
+    detail: str  # traceback, or the tail of stderr
+    time: float  # epoch seconds when it happened (as precise as the evidence allows)
+
+    @property
+    def secondary(self) -> bool:
+        return self.kind == "exception" and bool(_SECONDARY.search(self.detail))
+
+
+def order_failures(failures: list[Failure]) -> list[Failure]:
+    """Root cause first: primary failures before secondary ones, each by time."""
+    return sorted(failures, key=lambda f: (f.secondary, f.time, f.rank))
+
+
+def exit_summary(exit_code: int | None) -> str:
+    sig = signal_name(exit_code)
+    if sig:
+        return f"killed by {sig}"
+    return f"exit code {exit_code}"
+
+
+class RankError(RuntimeError):
+    """One or more ranks failed.
+
+    ``failures`` maps rank -> traceback text (or the end of stderr for a rank that died without
+    a Python exception), root cause first; ``root_rank`` names the first failure; ``results``
+    holds every rank's output so far.
+    """
+
+    def __init__(self, failures: list[Failure], results: "Results | None" = None,
+                 stopped: list[int] | None = None, where: str = "dtlab.run"):
+        ordered = order_failures(failures)
+        self.failure_list = ordered
+        self.failures = {f.rank: f.detail for f in ordered}
+        self.root_rank = ordered[0].rank
+        self.exit_codes = {f.rank: f.exit_code for f in ordered}
+        self.results = results
+        self.stopped = stopped or []
+        super().__init__(self._format(where))
+
+    def _format(self, where: str) -> str:
+        n = len(self.results) if self.results is not None else None
+        root = self.failure_list[0]
+        lines = [
+            f"{where}: {len(self.failure_list)} of {n if n is not None else '?'} ranks failed; "
+            f"root cause: rank {root.rank}: {root.summary}"
+        ]
+        for i, f in enumerate(self.failure_list):
+            if i == 0:
+                tag = "ROOT CAUSE (first failure)"
+            else:
+                dt = f.time - root.time
+                when = f"{dt:.2f} s after rank {root.rank}" if dt > 0.005 else "at about the same time"
+                tag = ("secondary: it lost a peer, " if f.secondary else "") + when
+            lines.append(f"\n----- rank {f.rank} [{tag}] {exit_summary(f.exit_code)} -----")
+            lines.append(f.detail.rstrip() or f.summary)
+        if self.stopped:
+            who = ", ".join(map(str, self.stopped))
+            lines.append(f"\n(rank {who} was still running and was stopped)" if len(self.stopped) == 1
+                         else f"\n(ranks {who} were still running and were stopped)")
+        return "\n".join(lines)
+
+
+class HangError(TimeoutError):
+    """The timeout passed with ranks still running: a hang, or work slower than the timeout.
+
+    ``stacks`` maps rank -> the Python stack of that rank's process at the moment the timeout
+    passed (py-spy when it can attach, else a faulthandler dump); ``diagnosis`` is filled by
+    :mod:`dtlab.hang` when it can name a cause; ``results`` holds each rank's output so far.
+    """
+
+    def __init__(self, timeout: float, stacks: dict[int, str], results: "Results | None" = None,
+                 method: str = "", where: str = "dtlab.run", finished: list[int] | None = None):
+        self.timeout = timeout
+        self.stacks = stacks
+        self.results = results
+        self.method = method
+        self.diagnosis = None
+        self.finished = finished or []
+        super().__init__(self._format(where))
+
+    def _format(self, where: str) -> str:
+        live = sorted(self.stacks)
+        lines = [
+            f"{where}: timed out after {self.timeout:g} s with rank(s) "
+            f"{', '.join(map(str, live))} still running"
+            + (f" (rank(s) {', '.join(map(str, self.finished))} had finished)" if self.finished else "")
+            + f"; all ranks were stopped. Stacks at the timeout ({self.method or 'unavailable'}):"
+        ]
+        from .stacks import innermost_user_frame
+
+        for rank in live:
+            where_line = innermost_user_frame(self.stacks[rank])
+            lines.append(f"  rank {rank}: {where_line or 'no Python frame captured'}")
+        lines.append("Full stacks: err.stacks[rank]. If the work is just slow, raise timeout=.")
+        return "\n".join(lines)

@@ -1,0 +1,142 @@
+"""Decide how many ranks, which backend, which device each rank gets -- and refuse bad input.
+
+Every check here runs before a process starts, so a mistake costs one clear error, not a
+half-launched job. The rules (DESIGN.md):
+
+* ``nprocs`` defaults to the number of visible GPUs, else 2;
+* ``backend="auto"`` is NCCL with one GPU per local rank when there are enough GPUs, else gloo
+  on the CPU; ``backend="nccl"`` or ``"gloo"`` forces one;
+* local rank ``i`` drives ``cuda:i`` under NCCL.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from .errors import LaunchError
+
+BACKENDS = ("auto", "nccl", "gloo")
+
+
+@dataclass
+class Plan:
+    nprocs: int
+    backend: str
+    devices: list[str]
+    note: str = ""
+    env: dict[str, str] = field(default_factory=dict)
+
+    def labels(self) -> dict[int, str]:
+        return {r: f"rank {r} {d}" if d != "cpu" else f"rank {r}" for r, d in enumerate(self.devices)}
+
+
+def gpu_count() -> int:
+    """Visible CUDA devices, without creating a CUDA context in this process."""
+    import torch
+
+    try:
+        return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except Exception:  # a broken driver install reads as "no GPUs"; doctor says more
+        return 0
+
+
+def resolve(nprocs: int | None = None, backend: str = "auto", env: dict | None = None) -> Plan:
+    """Validate the launch arguments and return the :class:`Plan`; raise :class:`LaunchError`."""
+    if not isinstance(backend, str) or backend.lower() not in BACKENDS:
+        raise LaunchError(f"backend={backend!r} is not one of {', '.join(map(repr, BACKENDS))}.")
+    backend = backend.lower()
+    if nprocs is not None and (isinstance(nprocs, bool) or not isinstance(nprocs, int)):
+        raise LaunchError(f"nprocs={nprocs!r} must be a whole number of ranks (e.g. nprocs=2).")
+    if nprocs is not None and nprocs < 1:
+        raise LaunchError(f"nprocs={nprocs} must be at least 1.")
+    checked_env = check_env(env)
+
+    import torch.distributed as dist
+
+    ngpu = gpu_count()
+    n = nprocs if nprocs is not None else (ngpu or 2)
+    note = ""
+    if backend == "nccl":
+        if not dist.is_nccl_available() or ngpu == 0:
+            raise LaunchError(
+                "backend='nccl' needs CUDA GPUs and a torch build with NCCL; this machine has "
+                f"{ngpu} visible GPU(s) (torch.cuda.is_available() is "
+                f"{ngpu > 0}). Use backend='gloo' to run the same code on CPU ranks, or "
+                "run `dtlab doctor` to see what is missing.")
+        if n > ngpu:
+            raise LaunchError(
+                f"nprocs={n} with backend='nccl' needs {n} GPUs (one per rank); this machine has "
+                f"{ngpu}. Use nprocs<={ngpu}, or backend='gloo' for more ranks on the CPU.")
+    elif backend == "auto":
+        if ngpu and n <= ngpu and dist.is_nccl_available():
+            backend = "nccl"
+        else:
+            backend = "gloo"
+            if ngpu and n > ngpu:
+                note = (f"dtlab: {n} ranks but {ngpu} GPU(s): using gloo on the CPU "
+                        f"(pass nprocs<={ngpu} for NCCL).")
+    if backend == "gloo" and not dist.is_gloo_available():
+        raise LaunchError("backend='gloo' is not available in this torch build; "
+                          "run `dtlab doctor`.")
+    devices = [f"cuda:{i}" for i in range(n)] if backend == "nccl" else ["cpu"] * n
+    return Plan(nprocs=n, backend=backend, devices=devices, note=note, env=checked_env)
+
+
+def check_env(env: dict | None) -> dict[str, str]:
+    if env is None:
+        return {}
+    if not isinstance(env, dict):
+        raise LaunchError(f"env must be a dict of environment variables, not {type(env).__name__}.")
+    out = {}
+    for k, v in env.items():
+        if not isinstance(k, str) or not k or "=" in k:
+            raise LaunchError(f"env key {k!r} is not a valid environment variable name.")
+        if isinstance(v, bool) or not isinstance(v, (str, int, float)):
+            raise LaunchError(f"env[{k!r}]={v!r}: values must be strings (or numbers), "
+                              f"e.g. env={{{k!r}: '1'}}.")
+        out[k] = str(v)
+    return out
+
+
+def check_timeout(timeout, name: str = "timeout") -> float | None:
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
+        raise LaunchError(f"{name}={timeout!r} must be a positive number of seconds "
+                          f"(or None for no limit).")
+    return float(timeout)
+
+
+def rank_envs(plan: Plan, master_port: int, extra: dict[str, str] | None = None
+              ) -> dict[int, dict[str, str]]:
+    """The environment each rank starts with: torchrun's variables plus dtlab's own."""
+    n = plan.nprocs
+    common = {
+        "WORLD_SIZE": str(n),
+        "LOCAL_WORLD_SIZE": str(n),
+        "GROUP_RANK": "0",
+        "ROLE_RANK": "0",
+        "ROLE_WORLD_SIZE": str(n),
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(master_port),
+        # The parent hosts the rendezvous TCPStore, as torchrun's agent does; ranks are clients.
+        "TORCHELASTIC_USE_AGENT_STORE": "True",
+        "TORCHELASTIC_RESTART_COUNT": "0",
+        "TORCHELASTIC_MAX_RESTARTS": "0",
+        "TORCHELASTIC_RUN_ID": "dtlab",
+        "DTLAB_BACKEND": plan.backend,
+        "DTLAB_PARENT_PID": str(os.getpid()),
+        "PYTHONUNBUFFERED": "1",
+    }
+    if "OMP_NUM_THREADS" not in os.environ:
+        # like torchrun: do not let N ranks each start a thread per core
+        common["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // n))
+    common.update(plan.env)
+    common.update(extra or {})
+    envs = {}
+    for r in range(n):
+        e = dict(common)
+        e.update({"RANK": str(r), "LOCAL_RANK": str(r), "DTLAB_DEVICE": plan.devices[r]})
+        envs[r] = e
+    return envs

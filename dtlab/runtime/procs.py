@@ -1,0 +1,176 @@
+"""The one object that owns rank processes: start, poll, stop -- and leave nothing behind.
+
+Built on torch elastic's ``start_processes``, the machinery under ``torchrun``: it starts each
+rank as a fresh interpreter (``subprocess.Popen`` in a new session -- never a fork of the
+caller, so a kernel that already initialized CUDA is fine), redirects fd 1 and 2 into
+per-rank log files, and gives each rank ``TORCHELASTIC_ERROR_FILE`` for structured failures.
+
+What dtlab adds:
+
+* the caller's signal handlers survive (``PContext.start`` installs its own SIGINT/SIGTERM
+  handlers for torchrun's agent; in a notebook kernel that would break the interrupt button);
+* ``stop()`` escalates SIGTERM -> SIGKILL over each rank's whole process group *and* every
+  descendant found with psutil (a DataLoader worker, a shell a rank started), and never lets a
+  second Ctrl-C leave half the ranks alive;
+* every live launch is stopped at interpreter exit.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import weakref
+
+import psutil
+
+_LIVE: "weakref.WeakSet[RankProcs]" = weakref.WeakSet()
+_HANDLED = [getattr(signal, s) for s in ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT") if hasattr(signal, s)]
+
+
+class RankProcs:
+    """N rank processes running ``python -m dtlab.runtime.worker ARGS`` with per-rank envs."""
+
+    def __init__(self, log_dir: str, envs: dict[int, dict[str, str]], worker_args: tuple[str, ...]):
+        self.log_dir = log_dir
+        self.envs = envs
+        self.worker_args = worker_args
+        self.ctx = None
+        self.exit_codes: dict[int, int | None] = dict.fromkeys(envs)
+        self.exit_times: dict[int, float] = {}
+        self.stopped: set[int] = set()
+
+    # -- start ----------------------------------------------------------------------------------
+    def start(self) -> None:
+        from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std, start_processes
+
+        specs = DefaultLogsSpecs(log_dir=self.log_dir, redirects=Std.ALL, tee=Std.NONE)
+        n = len(self.envs)
+        on_main = threading.current_thread() is threading.main_thread()
+        saved = {s: signal.getsignal(s) for s in _HANDLED} if on_main else {}
+        envs = {r: dict(e, DTLAB_PDEATHSIG="1" if on_main else "0") for r, e in self.envs.items()}
+        # an interrupt half-way through starting would lose the Popen handles made so far:
+        # hold SIGINT until every rank is accounted for, then let it through
+        masked = on_main and hasattr(signal, "pthread_sigmask")
+        if masked:
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            self.ctx = start_processes(
+                name="dtlab",
+                entrypoint=sys.executable,
+                args={r: ("-m", "dtlab.runtime.worker", *self.worker_args) for r in range(n)},
+                envs=envs,
+                logs_specs=specs,
+            )
+            _LIVE.add(self)
+        finally:
+            for s, h in saved.items():
+                if h is not None:
+                    signal.signal(s, h)
+            if masked:
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+    # -- what is running ------------------------------------------------------------------------
+    @property
+    def files(self) -> dict[int, tuple[str, str]]:
+        return {r: (self.ctx.stdouts[r], self.ctx.stderrs[r]) for r in self.envs}
+
+    @property
+    def error_files(self) -> dict[int, str]:
+        return dict(self.ctx.error_files)
+
+    @property
+    def pids(self) -> dict[int, int]:
+        return self.ctx.pids() if self.ctx else {}
+
+    def poll(self) -> dict[int, int | None]:
+        """Exit code of each rank (None while it runs); records when each was first seen done."""
+        if self.ctx is None:
+            return dict(self.exit_codes)
+        for r, h in self.ctx.subprocess_handlers.items():
+            if self.exit_codes[r] is None:
+                code = h.proc.poll()
+                if code is not None:
+                    self.exit_codes[r] = code
+                    self.exit_times[r] = time.time()
+        return dict(self.exit_codes)
+
+    def alive(self) -> list[int]:
+        return [r for r, c in self.poll().items() if c is None]
+
+    # -- stop -----------------------------------------------------------------------------------
+    def descendants(self) -> list[psutil.Process]:
+        out = []
+        for pid in self.pids.values():
+            try:
+                out += psutil.Process(pid).children(recursive=True)
+            except psutil.Error:
+                pass
+        return out
+
+    def stop(self, grace: float = 3.0) -> list[int]:
+        """SIGTERM every rank's process group and descendants; SIGKILL what is left after
+        ``grace`` seconds. Returns the ranks that were still running. Idempotent."""
+        if self.ctx is None:
+            return []
+        running = self.alive()
+        self.stopped |= set(running)
+        procs = {r: h.proc for r, h in self.ctx.subprocess_handlers.items()}
+        desc = self.descendants()
+        interrupted = None
+        try:
+            self._signal_all(procs, desc, signal.SIGTERM)
+            self._wait(procs, desc, grace)
+        except KeyboardInterrupt as e:  # a second interrupt: skip the grace, but finish the job
+            interrupted = e
+        self._signal_all(procs, desc, signal.SIGKILL)
+        self._wait(procs, desc, 10.0)
+        self.poll()
+        try:
+            self.ctx.close(timeout=1)  # everything is dead: closes log handles, no signals sent
+        except Exception:
+            pass
+        _LIVE.discard(self)
+        if interrupted is not None:
+            raise interrupted
+        return running
+
+    @staticmethod
+    def _signal_all(procs: dict[int, subprocess.Popen], desc: list[psutil.Process], sig) -> None:
+        for p in procs.values():
+            # the rank leads its own session (start_new_session): its group holds its children,
+            # and outlives the leader, so signal it even when the rank itself has exited
+            try:
+                os.killpg(p.pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+        for d in desc:
+            try:
+                d.send_signal(sig)
+            except psutil.Error:
+                pass
+
+    @staticmethod
+    def _wait(procs: dict[int, subprocess.Popen], desc: list[psutil.Process], timeout: float) -> None:
+        end = time.monotonic() + timeout
+        for p in procs.values():
+            try:
+                p.wait(max(0.0, end - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+        # descendants are grandchildren, never ours to reap, so psutil may wait on them
+        # (for our own children it would reap them behind Popen's back and lose exit codes)
+        psutil.wait_procs(desc, timeout=max(0.0, end - time.monotonic()))
+
+
+@atexit.register
+def _stop_all_at_exit() -> None:
+    for rp in list(_LIVE):
+        try:
+            rp.stop(grace=1.0)
+        except BaseException:
+            pass

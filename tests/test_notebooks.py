@@ -1,0 +1,65 @@
+"""Every notebook runs top to bottom headless, and none is committed with outputs."""
+
+import glob
+import os
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+from conftest import assert_no_descendants
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NOTEBOOKS = sorted(glob.glob(os.path.join(ROOT, "notebooks", "*.ipynb")))
+
+
+def test_there_are_notebooks():
+    assert NOTEBOOKS
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=os.path.basename)
+def test_committed_without_outputs(path):
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            assert not cell.outputs and cell.execution_count is None, (
+                f"{os.path.basename(path)} cell {cell.get('id')} has outputs: clear them")
+
+
+def execute(path, timeout=600):
+    nb = nbformat.read(path, as_version=4)
+    client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                            resources={"metadata": {"path": os.path.dirname(path)}})
+    client.execute()
+    return nb
+
+
+def text_of(nb) -> str:
+    out = []
+    for cell in nb.cells:
+        for o in cell.get("outputs", []):
+            out.append(o.get("text", ""))
+            out.append(str(o.get("data", {}).get("text/plain", "")))
+            if o.get("output_type") == "error":
+                out.append(o.get("ename", "") + ": " + o.get("evalue", ""))
+    return "\n".join(out)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=os.path.basename)
+def test_notebook_runs_headless(path, monkeypatch):
+    monkeypatch.setenv("DTLAB_OUTPUT", "lines")
+    nb = execute(path)
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        errors = [o for o in cell.outputs if o.output_type == "error"]
+        if "raises-exception" in cell.metadata.get("tags", []):
+            assert errors, f"cell {cell.id} is tagged raises-exception but raised nothing"
+        else:
+            assert not errors, f"cell {cell.id}: {errors[0].ename}: {errors[0].evalue}"
+    assert_no_descendants()
+    if os.path.basename(path) == "00_launch.ipynb":
+        text = text_of(nb)
+        assert "[rank 1] I am rank 1 of" in text
+        assert "root cause: rank 1" in text
+        assert "HangError" in text and "dist.recv(t, src=0)" in text
