@@ -1,0 +1,91 @@
+"""dtlab.run on real GPUs with NCCL. Skipped without CUDA; run on a 2-GPU machine:
+
+    PYTHONPATH=. python -m pytest -m gpu tests/runtime -q
+"""
+
+import os
+import subprocess
+
+import pytest
+import torch
+
+import dtlab
+from rank_fns import raise_on
+
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("no_orphans")]
+
+
+def need(n):
+    if torch.cuda.device_count() < n:
+        pytest.skip(f"needs {n} GPUs")
+
+
+def on_my_gpu():
+    import torch.distributed as dist
+
+    t = torch.full((1 << 20,), float(dist.get_rank() + 1), device=dtlab.device())
+    dist.all_reduce(t)
+    return {"device": str(t.device), "current": torch.cuda.current_device(),
+            "backend": dist.get_backend(), "sum": t[0].item(), "tensor": t[:4]}
+
+
+def test_nccl_one_gpu_per_rank_even_after_the_parent_touched_cuda():
+    need(2)
+    torch.zeros(1, device="cuda")  # the parent (a notebook kernel, say) already has a CUDA context
+    n = torch.cuda.device_count()
+    res = dtlab.run(on_my_gpu)
+    assert res.backend == "nccl" and len(res) == n
+    for r, v in enumerate(res.values):
+        assert v["device"] == f"cuda:{r}" and v["current"] == r and v["backend"] == "nccl"
+        assert v["sum"] == n * (n + 1) / 2
+        assert v["tensor"].device.type == "cpu"  # CUDA tensors come back on the CPU
+
+
+def test_nccl_debug_lines_are_captured_at_fd_level():
+    need(2)
+    res = dtlab.run(on_my_gpu, nprocs=2, env={"NCCL_DEBUG": "INFO"})
+    for r in (0, 1):
+        assert "NCCL INFO" in res[r].stdout + res[r].stderr
+
+
+def test_nprocs_beyond_gpus_with_nccl_is_refused():
+    need(1)
+    with pytest.raises(dtlab.LaunchError, match="needs"):
+        dtlab.run(on_my_gpu, nprocs=torch.cuda.device_count() + 1, backend="nccl")
+
+
+def gpu_pids():
+    p = subprocess.run(["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"],
+                       capture_output=True, text=True)
+    return {int(x) for x in p.stdout.split() if x.strip().isdigit()}
+
+
+def test_failure_on_nccl_stops_the_waiting_rank_and_frees_the_gpus():
+    need(2)
+    with pytest.raises(dtlab.RankError) as ei:
+        dtlab.run(raise_on, 1, nprocs=2, timeout=120)
+    assert ei.value.root_rank == 1
+    pids = {r.pid for r in ei.value.results}
+    assert not (pids & gpu_pids())
+
+
+def hang_synced():
+    import torch.distributed as dist
+
+    t = torch.ones(1, device=dtlab.device())
+    if dist.get_rank() == 0:
+        dist.all_reduce(t)
+    else:
+        dist.recv(t, src=0)
+    return t.item()  # NCCL calls return at once; the host waits here for the GPU
+
+
+def test_nccl_hang_names_each_ranks_line():
+    need(2)
+    with pytest.raises(dtlab.HangError) as ei:
+        dtlab.run(hang_synced, nprocs=2, timeout=20)
+    e = ei.value
+    assert set(e.stacks) == {0, 1}
+    assert "test_gpu.py" in str(e)
+    pids = {r.pid for r in e.results}
+    assert not (pids & gpu_pids())
