@@ -10,10 +10,24 @@
 [1.0, 1.0]
 """
 
-from .runtime import HangError, LaunchError, PoolBrokenError, RankError, RankResult, Results, run
+from .runtime import (HangError, LaunchError, Pool, PoolBrokenError, RankError, RankResult,
+                      Results, run)
 from .runtime.context import backend, device, in_rank, local_rank, rank, world_size
 
 __version__ = "0.1.0"
 
-__all__ = ["run", "Results", "RankResult", "RankError", "HangError", "LaunchError",
+__all__ = ["run", "Pool", "Results", "RankResult", "RankError", "HangError", "LaunchError",
            "PoolBrokenError", "rank", "local_rank", "world_size", "device", "backend", "in_rank"]
+
+
+def load_ipython_extension(ip):
+    """``%load_ext dtlab``: the ``%dtlab`` / ``%%dtlab`` magics (see dtlab.runtime.magics)."""
+    from .runtime.magics import load_ipython_extension as load
+
+    load(ip)
+
+
+def unload_ipython_extension(ip):
+    from .runtime.magics import unload_ipython_extension as unload
+
+    unload(ip)

@@ -1,12 +1,14 @@
 """The only code that starts, talks to, watches and stops ranks.
 
 launch (one-shot ``run``) and pool (persistent ranks) on top of procs (process lifetime),
-worker (the rank side), output (per-rank streams), stacks (py-spy / faulthandler).
+worker/serve (the rank side), channel (the pool's authenticated socket), output (per-rank
+streams), stacks (py-spy / faulthandler), magics (``%dtlab``, a skin over Pool).
 """
 
 from .errors import HangError, LaunchError, PoolBrokenError, RankError
 from .launch import run
+from .pool import Pool
 from .results import RankResult, Results
 
-__all__ = ["run", "Results", "RankResult", "RankError", "HangError", "LaunchError",
+__all__ = ["run", "Pool", "Results", "RankResult", "RankError", "HangError", "LaunchError",
            "PoolBrokenError"]

@@ -17,11 +17,19 @@ if TYPE_CHECKING:
     from .results import Results
 
 
-class LaunchError(ValueError):
+class _ShortTraceback:
+    """IPython renders ``_render_traceback_()`` instead of a traceback through dtlab's
+    internals: the message already holds every rank's traceback, which is what matters."""
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"\x1b[31m{type(self).__name__}\x1b[0m: {self}"]
+
+
+class LaunchError(_ShortTraceback, ValueError):
     """Bad input to :func:`dtlab.run` or :class:`dtlab.Pool`, found before any rank started."""
 
 
-class PoolBrokenError(RuntimeError):
+class PoolBrokenError(_ShortTraceback, RuntimeError):
     """The pool lost a rank; call ``pool.restart()`` (or ``%dtlab restart``) to get a fresh one."""
 
 
@@ -77,7 +85,7 @@ def exit_summary(exit_code: int | None) -> str:
     return f"exit code {exit_code}"
 
 
-class RankError(RuntimeError):
+class RankError(_ShortTraceback, RuntimeError):
     """One or more ranks failed.
 
     ``failures`` maps rank -> traceback text (or the end of stderr for a rank that died without
@@ -110,7 +118,8 @@ class RankError(RuntimeError):
                 dt = f.time - root.time
                 when = f"{dt:.2f} s after rank {root.rank}" if dt > 0.005 else "at about the same time"
                 tag = ("secondary: it lost a peer, " if f.secondary else "") + when
-            lines.append(f"\n----- rank {f.rank} [{tag}] {exit_summary(f.exit_code)} -----")
+            status = "" if f.exit_code is None else " " + exit_summary(f.exit_code)
+            lines.append(f"\n----- rank {f.rank} [{tag}]{status} -----")
             lines.append(f.detail.rstrip() or f.summary)
         if self.stopped:
             who = ", ".join(map(str, self.stopped))
@@ -119,7 +128,7 @@ class RankError(RuntimeError):
         return "\n".join(lines)
 
 
-class HangError(TimeoutError):
+class HangError(_ShortTraceback, TimeoutError):
     """The timeout passed with ranks still running: a hang, or work slower than the timeout.
 
     ``stacks`` maps rank -> the Python stack of that rank's process at the moment the timeout

@@ -56,7 +56,12 @@ class Results:
         return len(self.ranks)
 
     def __getitem__(self, rank: int) -> RankResult:
-        return self.ranks[rank]
+        """The result of rank ``rank`` (by rank number: a pool cell may run on a subset)."""
+        for r in self.ranks:
+            if r.rank == rank:
+                return r
+        raise KeyError(f"no result for rank {rank}; this result holds ranks "
+                       f"{[r.rank for r in self.ranks]}")
 
     def __iter__(self) -> Iterator[RankResult]:
         return iter(self.ranks)

@@ -26,7 +26,7 @@ import cloudpickle
 from .payload import ShippingPickler
 from .stacks import STACK_SIGNAL
 
-_here = os.path.abspath(__file__).removesuffix("c")
+_runtime_dir = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
 # --- bootstrap -------------------------------------------------------------------------------
@@ -159,17 +159,18 @@ def dump_value(value, path: str) -> None:
 def user_traceback(e: BaseException) -> str:
     """The traceback from the user's first frame on (dtlab's own frames dropped)."""
     tb = e.__traceback__
-    while tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename) == _here:
+    while tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(_runtime_dir):
         tb = tb.tb_next
     return "".join(traceback.format_exception(type(e), e, tb))
 
 
-def record_failure(e: BaseException, text: str | None = None) -> str:
-    """Write the failure where torch elastic looks for it (TORCHELASTIC_ERROR_FILE), in its
-    format, with a nanosecond timestamp beside torch's whole seconds; print it to stderr."""
-    text = text or user_traceback(e)
+def record_failure(e: BaseException, to_file: bool = True) -> str:
+    """Print the traceback to stderr (the rank's live output) and, for a rank about to exit,
+    write it where torch elastic looks (TORCHELASTIC_ERROR_FILE), in its format, with a
+    nanosecond timestamp beside torch's whole seconds."""
+    text = user_traceback(e)
     sys.stderr.write(text)
-    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE") if to_file else None
     if path:
         now = time.time_ns()
         data = {"message": {
