@@ -1,0 +1,134 @@
+"""``dtlab nccl-log FILE...``: the parsed log as one screen for a person, or JSON for a script.
+
+    $ dtlab nccl-log /tmp/nccl/                 # every file in the folder, one per process
+    $ dtlab nccl-log rank0.log rank1.log --json
+    $ dtlab nccl-log torchrun-output.txt --comm id:0x5e...   # another communicator
+
+Exit status: 0 parsed and the ranks agree, 1 the ranks diverge, 2 not an NCCL log / no file.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+
+from .model import Call
+from .result import NcclLog
+
+
+def _dash(x) -> str:
+    return "-" if x is None else str(x)
+
+
+def _call(c: dict | None) -> str:
+    if c is None:
+        return "(no call)"
+    return f"{c['op']} {c['count']} x {c['datatype_name']} {c['redop_name']} root {c['root']}"
+
+
+def _transports(t: list[dict]) -> str:
+    return "; ".join(("" if not d["conn_index"] else f"conn {d['conn_index']}: ")
+                     + f"{d['via']} -> {d['peer']} ({len(d['channels'])} ch)" for d in t
+                     if d["direction"] == "send") or "-"
+
+
+def _algorithms(calls: list[Call]) -> str:
+    used = Counter(f"{c.op} {c.algorithm}/{c.protocol}" for c in calls if c.algorithm)
+    return ", ".join(f"{k} x{n}" for k, n in used.most_common(6))
+
+
+def summary(log: NcclLog) -> str:
+    """The human-readable report.
+
+    >>> from dtlab.nccl_log import parse
+    >>> print(summary(parse("h:1:1 [0] NCCL INFO NCCL version 2.28.9+cuda13.0\\n")))
+    NCCL 2.28.9 (+cuda13.0)   processes: 1   world size: None   network: -
+    env overrides: none
+    no communicator found (no INIT or COLL lines)
+    """
+    out = []
+    ver = log.nccl_version or "unknown"
+    if log.cuda_version:
+        ver += f" (+cuda{log.cuda_version})"
+    out.append(f"NCCL {ver}   processes: {len(log.processes)}   world size: {log.world_size}"
+               f"   network: {log.network or '-'}")
+    if log.version_mismatch:
+        out.append("  !! processes run different NCCL versions: " +
+                   ", ".join(f"{p or '?'}={v}" for p, (v, _) in sorted(log.versions.items())))
+    env = log.env
+    out.append("env overrides: " + (", ".join(f"{k}={v}" for k, v in env.items()) or "none"))
+    for k, vals in log.env_mismatch.items():
+        out.append(f"  !! {k} differs between processes: {vals}")
+    c = log.selected
+    if c is None:
+        out.append("no communicator found (no INIT or COLL lines)")
+        return "\n".join(out)
+    which = "the world communicator" if c is log.world else "selected"
+    out.append(f"\ncommunicator {c.key} ({c.kind}, {c.nranks} ranks; {which})")
+    out.append(f"  {'rank':>4}  {'host':<12} {'pid':>7} {'dev':>3} {'busId':>8} {'chan':>4} "
+               f"{'init s':>6} {'calls':>5}  transports (send side)")
+    for r, v in sorted(c.members.items()):
+        d = v.to_dict()
+        init = f"{d['init_time_s']:.2f}" if d["init_time_s"] is not None else "-"
+        dev, chan = _dash(v.cuda_dev), _dash(v.n_channels)
+        out.append(f"  {r:>4}  {v.host[:12]:<12} {v.pid:>7} {dev:>3} {v.bus_id or '-':>8} "
+                   f"{chan:>4} {init:>6} {len(v.calls):>5}  {_transports(d['transports'])}")
+    missing = sorted(set(range(c.nranks)) - set(c.members))
+    if missing:
+        out.append(f"  !! no log seen from ranks {missing}")
+    if c.ring_order:
+        out.append(f"  rings: {len(c.ring_order)}, channel 0 order: "
+                   + " -> ".join(map(str, c.ring_order[0])))
+    algos = _algorithms([call for v in c.members.values() for call in v.calls])
+    if algos:
+        out.append(f"  algorithm/protocol chosen (rank 0): {algos}")
+    tuning = [t for t in log.tuning if t["function"] == "AllReduce" and t["bandwidth_gbs"]]
+    if tuning:
+        out.append("  tuning model, AllReduce: " + ", ".join(
+            f"{t['algorithm']}/{t['protocol']} {t['latency_us']:.1f}us {t['bandwidth_gbs']:.1f}GB/s"
+            for t in tuning))
+    div = log.divergence
+    counts = {r: len(cs) for r, cs in log.calls(include_p2p=False).items()}
+    if div is None:
+        out.append(f"divergence: none -- collectives per rank {counts}")
+    else:
+        out.append(f"DIVERGENCE at collective #{div['position']} ({div['reason']}): "
+                   f"rank(s) {div['ranks']}; collectives per rank {div['n_calls']}")
+        for r, call in div["calls"].items():
+            out.append(f"  rank {r}: {_call(call)}")
+    op = log.alignment["opcount"]
+    if op.get("used") and not op.get("agrees"):
+        out.append(f"  !! opCounts disagree from collective #{op['first_mismatch']}: "
+                   f"{op['opcounts']}")
+    others = [o for o in log.communicators if o is not c]
+    if others:
+        out.append("\nother communicators:")
+        for o in others:
+            calls = {r: len(v.calls) for r, v in sorted(o.members.items())}
+            out.append(f"  {o.key} ({o.kind}, {o.nranks} ranks) calls per rank {calls}")
+    if log.warnings:
+        out.append(f"\nNCCL WARN lines: {len(log.warnings)}; first: {log.warnings[0]['msg']}")
+    if log.errors:
+        e = log.errors[0]
+        out.append(f"NCCL error traces: {len(log.errors)}; first: {e['where']} -> {e['code']} "
+                   f"({e['name']}) in {e['host']}:{e['pid']}")
+    if log.skipped_sources:
+        out.append(f"skipped (no NCCL lines): {', '.join(log.skipped_sources)}")
+    return "\n".join(out)
+
+
+def main(files: list[str], as_json: bool = False, comm: str | None = None) -> int:
+    from . import NotAnNcclLog, parse
+
+    try:
+        log = parse([Path(f) for f in files], comm=comm)
+    except (NotAnNcclLog, FileNotFoundError, KeyError) as e:
+        print(f"dtlab nccl-log: {e.args[0] if e.args else e}", file=sys.stderr)
+        return 2
+    if as_json:
+        print(json.dumps(log.to_dict(), indent=1))
+    else:
+        print(summary(log))
+    return 1 if log.divergence else 0
