@@ -1,0 +1,29 @@
+"""Bandwidth: what nccl-tests measures, measured from torch.distributed, and read from its logs.
+
+* :func:`algbw` / :func:`busbw` -- nccl-tests' formulas (doc/PERFORMANCE.md), in GB/s;
+* :func:`sweep` -- a nccl-tests-style sweep over sizes and collectives on N ranks (NCCL with
+  CUDA events on GPUs, gloo on CPUs), as a DataFrame with nccl-tests' columns;
+* :func:`parse_nccl_tests` -- ``all_reduce_perf`` & co. output as JSON-ready data;
+* :func:`render_text`, :func:`to_frame`, :func:`plot` -- print, compare and draw either.
+
+>>> import dtlab.bench as bench
+>>> round(bench.busbw("all_reduce", 1 << 30, 3279.91e-6, nranks=2), 2)
+327.37
+>>> df = bench.sweep("all", min_bytes="1K", max_bytes="64K", nprocs=2, backend="gloo")  # doctest: +SKIP
+>>> nt = bench.to_frame("data/h200x2-nccl-tests/nt_all_reduce.txt")                     # doctest: +SKIP
+>>> bench.plot([df, nt], link_limit_gbps=478, link_label="NVLink4 x18: 478 GB/s/dir raw")  # doctest: +SKIP
+
+Terminal: ``dtlab bench --op all -b 8 -e 128M`` and ``dtlab nccl-tests FILE [--json]``.
+"""
+
+from .engine import FRAME_COLUMNS, render_text, rows_to_frame, sweep, to_frame, to_reports
+from .formulas import (OPS, algbw, busbw, busbw_factor, canonical_op, coll_shape, format_size,
+                       parse_size, sweep_sizes)
+from .nccl_tests import parse_nccl_tests, parse_nccl_tests_all
+from .plot import plot
+from .report import render_report, summary_text
+
+__all__ = ["OPS", "FRAME_COLUMNS", "algbw", "busbw", "busbw_factor", "canonical_op",
+           "coll_shape", "format_size", "parse_size", "sweep_sizes", "sweep", "to_frame",
+           "to_reports", "rows_to_frame", "render_text", "render_report", "parse_nccl_tests",
+           "parse_nccl_tests_all", "plot", "summary_text"]

@@ -1,0 +1,251 @@
+"""``dtlab.bench.sweep``: nccl-tests' bandwidth sweep, done with torch.distributed on N ranks.
+
+One launch runs every requested collective over sizes ``min_bytes .. max_bytes`` (times
+``factor``), each size out-of-place and in-place, timed and checked as nccl-tests does (see
+:mod:`dtlab.bench.timing`), and comes back as a pandas DataFrame with nccl-tests' columns::
+
+    op nranks backend tool size count type redop root
+    oop_time_us oop_algbw oop_busbw oop_wrong ip_time_us ip_algbw ip_busbw ip_wrong
+
+Which columns are N/A (NaN), and why:
+
+* ``oop_*`` of all_reduce, broadcast and reduce: torch's APIs for them work in place only (one
+  tensor is both input and output), which is nccl-tests' in-place column;
+* ``ip_wrong`` of alltoall and sendrecv: in place, send and receive buffers are one buffer and
+  the result is undefined, so nccl-tests prints N/A there and so do we (both are still timed);
+* a column the backend cannot run (``df.attrs["unsupported"]`` says which, and the error).
+
+all_gather in place passes the rank's slice of the output as input (nccl-tests' in-place);
+reduce_scatter in place writes into the rank's slice of the input. Sizes that nccl-tests rounds
+down to 0 B (per-rank chunks are whole 16-byte lines) are skipped: ``df.attrs["skipped"]``.
+
+    >>> import dtlab.bench as bench
+    >>> df = bench.sweep("all_gather", "1K", "64K", nprocs=2, backend="gloo")   # doctest: +SKIP
+    >>> df[["size", "oop_busbw", "ip_busbw", "oop_wrong"]]                      # doctest: +SKIP
+    >>> print(bench.render_text(df))                                            # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any, Sequence
+
+from .formulas import NCCL_TYPE_NAMES, OPS, canonical_op, format_size, sweep_sizes
+from .nccl_tests import parse_nccl_tests_all
+from .report import render_report, summarize
+
+if TYPE_CHECKING:
+    import pandas
+
+FRAME_COLUMNS = ["op", "nranks", "backend", "tool", "size", "count", "type", "redop", "root",
+                 "oop_time_us", "oop_algbw", "oop_busbw", "oop_wrong",
+                 "ip_time_us", "ip_algbw", "ip_busbw", "ip_wrong"]
+_VALUES = ("time_us", "algbw", "busbw", "wrong")
+_COLUMN_NAMES = {"oop": "out-of-place", "ip": "in-place"}
+_DTYPE_ALIASES = {"float": "float32", "fp32": "float32", "half": "float16", "fp16": "float16",
+                  "bf16": "bfloat16", "double": "float64", "fp64": "float64"}
+
+
+def resolve_ops(op: str | Sequence[str]) -> list[str]:
+    """'all' -> every op; 'all_reduce,broadcast' or a list -> those, canonical, de-duplicated."""
+    if isinstance(op, str):
+        names = list(OPS) if op.strip().lower() == "all" else op.split(",")
+    elif isinstance(op, Sequence) and op:
+        names = list(op)
+    else:
+        raise ValueError(f"op={op!r}: name a collective ({', '.join(OPS)}), a list of them, "
+                         f"or 'all'.")
+    return list(dict.fromkeys(canonical_op(n) for n in names))
+
+
+def resolve_dtype(dtype: Any) -> str:
+    """torch.float32, 'float32', 'float' (nccl-tests' name), 'bf16' ... -> 'float32' etc."""
+    name = str(dtype).removeprefix("torch.").lower()
+    name = _DTYPE_ALIASES.get(name, name)
+    if name not in NCCL_TYPE_NAMES:
+        raise ValueError(f"dtype={dtype!r} is not one the sweep supports; use one of "
+                         f"{', '.join(NCCL_TYPE_NAMES)} (e.g. torch.float32 or 'bfloat16').")
+    return name
+
+
+def _count(name: str, value, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"{name}={value!r} must be a whole number >= {low}.")
+    return value
+
+
+def sweep(op: str | Sequence[str] = "all_reduce", min_bytes: int | str = 8,
+          max_bytes: int | str = "128M", factor: int = 2, iters: int = 20, warmup: int = 5,
+          dtype: Any = "float32", nprocs: int | None = None, backend: str = "auto", pool=None,
+          progress: bool = True, timeout: float | None = 600, check: bool = True,
+          _inject: dict | None = None) -> "pandas.DataFrame":
+    """Measure algbw/busbw of ``op`` (a name, a list, or ``"all"``) like nccl-tests' ``*_perf``.
+
+    Launches through :func:`dtlab.run` (``nprocs``, ``backend`` as there), or through
+    ``pool.run`` when a :class:`dtlab.Pool` is given. ``progress``: a line here before and after,
+    and rank 0 prints each size's row as it completes. ``check=False`` skips the ``#wrong``
+    check (N/A). ``_inject`` is a test hook: ``{"corrupt": k}`` damages k elements of rank 0's
+    result before the check, ``{"unsupported": [op]}`` makes ``op`` fail as a backend without it.
+
+    >>> df = sweep("all_reduce", 8, "1M", nprocs=2, backend="gloo")   # doctest: +SKIP
+    >>> df.loc[df["size"] == 1 << 20, "ip_busbw"]                     # doctest: +SKIP
+
+    Terminal: ``dtlab bench --op all -b 8 -e 128M``. Returns the DataFrame described in the
+    module docstring; ``df.attrs`` holds "header", "unsupported" and "skipped".
+    """
+    cfg = make_config(op, min_bytes, max_bytes, factor, iters, warmup, dtype, progress, check,
+                      _inject)
+    if nprocs is not None and pool is None and isinstance(nprocs, int) and nprocs < 2:
+        raise ValueError(f"nprocs={nprocs}: a bandwidth sweep needs at least 2 ranks.")
+    from .timing import run_sweep
+
+    sizes = cfg["sizes"]
+    if progress:
+        print(f"dtlab.bench: {', '.join(cfg['ops'])} | {len(sizes)} sizes "
+              f"{format_size(sizes[0])}..{format_size(sizes[-1])} (x{factor}) | {cfg['warmup']} "
+              f"warmup + {cfg['iters']} timed calls per size and column | rank 0 prints each "
+              f"size as it completes", flush=True)
+    t0 = time.monotonic()
+    if pool is not None:
+        res = pool.run(run_sweep, cfg, timeout=timeout)
+    else:
+        from ..runtime import run
+
+        res = run(run_sweep, cfg, nprocs=nprocs, backend=backend, timeout=timeout)
+    df = result_frame(res.values[0], cfg)
+    if progress:
+        extra = "".join(f"; {o}: {', '.join(_COLUMN_NAMES[g] for g in why)} unsupported"
+                        for o, why in df.attrs["unsupported"].items())
+        print(f"dtlab.bench: {len(df)} rows in {time.monotonic() - t0:.1f} s{extra}", flush=True)
+    return df
+
+
+def make_config(op, min_bytes, max_bytes, factor=2, iters=20, warmup=5, dtype="float32",
+                progress=True, check=True, inject=None) -> dict:
+    """Check :func:`sweep`'s arguments and return what the ranks get
+    (:func:`dtlab.bench.timing.run_sweep`'s one argument); ValueError on bad input."""
+    return {"ops": resolve_ops(op), "sizes": sweep_sizes(min_bytes, max_bytes, factor),
+            "factor": factor, "iters": _count("iters", iters, 1),
+            "warmup": _count("warmup", warmup, 0), "dtype": resolve_dtype(dtype),
+            "progress": bool(progress), "check": bool(check), "inject": dict(inject or {})}
+
+
+def result_frame(out: dict, cfg: dict) -> "pandas.DataFrame":
+    """What rank 0 of :func:`~dtlab.bench.timing.run_sweep` returned -> the sweep's DataFrame."""
+    df = rows_to_frame(out["rows"], nranks=out["nranks"], backend=out["backend"], tool="dtlab")
+    df.attrs["header"] = _header(out, cfg)
+    df.attrs["unsupported"] = out["unsupported"]
+    df.attrs["skipped"] = out["skipped"]
+    return df
+
+
+def _header(out: dict, cfg: dict) -> dict:
+    from .. import __version__
+
+    devices = [{"rank": d["rank"], "group": 0, "pid": d["pid"], "host": d["host"],
+                "device": int(d["device"].split(":")[1]) if ":" in d["device"] else 0,
+                "pci": d["device"], "name": d["name"]} for d in out["devices"]]
+    h = {"tool": "dtlab bench", "tool_version": __version__, "torch": out["torch"],
+         "backend": out["backend"], "nranks": out["nranks"], "devices": devices,
+         "nthreads": 1, "ngpus": 1,  # one process per rank, one device each (nccl-tests + MPI)
+         "min_bytes": cfg["sizes"][0], "max_bytes": cfg["sizes"][-1], "step": cfg["factor"],
+         "step_kind": "factor", "warmup_iters": cfg["warmup"], "iters": cfg["iters"],
+         "validation": int(cfg["check"]), "dtype": cfg["dtype"], "notes": [], "warnings": []}
+    if out.get("nccl_version"):
+        h["nccl_version"] = out["nccl_version"]
+    return h
+
+
+# --- reports <-> DataFrames --------------------------------------------------------------------
+
+def rows_to_frame(rows: list[dict], *, nranks: int | None, backend: str | None, tool: str,
+                  op: str | None = None) -> "pandas.DataFrame":
+    """Report rows (nested oop/ip objects) -> a DataFrame with :data:`FRAME_COLUMNS`."""
+    import pandas as pd
+
+    flat = []
+    for r in rows:
+        rec = {"op": r.get("op", op), "nranks": nranks, "backend": backend, "tool": tool,
+               **{k: r.get(k) for k in ("size", "count", "type", "redop", "root")}}
+        for g in ("oop", "ip"):
+            vals = r.get(g) or {}
+            rec.update({f"{g}_{k}": vals.get(k) for k in _VALUES})
+        flat.append(rec)
+    df = pd.DataFrame(flat, columns=FRAME_COLUMNS)
+    for g in ("oop", "ip"):
+        for k in ("time_us", "algbw", "busbw"):
+            df[f"{g}_{k}"] = df[f"{g}_{k}"].astype("float64")
+        df[f"{g}_wrong"] = df[f"{g}_wrong"].astype("Int64")  # nullable: N/A stays <NA>
+    return df
+
+
+def to_frame(data) -> "pandas.DataFrame":
+    """A DataFrame from nccl-tests output (path or text), a report, or a list of reports --
+    the same columns :func:`sweep` returns, with ``tool == "nccl-tests"``, so the two sit side
+    by side in one table or plot."""
+    import pandas as pd
+
+    if isinstance(data, pd.DataFrame):
+        return data
+    reports = data if isinstance(data, list) else [data] if isinstance(data, dict) \
+        else parse_nccl_tests_all(data)
+    frames = []
+    for rep in reports:
+        h = rep["header"]
+        tool = "nccl-tests" if h.get("tool", "nccl-tests") == "nccl-tests" else "dtlab"
+        frames.append(rows_to_frame(rep["rows"], nranks=h.get("nranks"), tool=tool,
+                                    backend=h.get("backend", "nccl"), op=h.get("op")))
+    df = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+    df.attrs["header"] = dict(reports[0]["header"])
+    return df
+
+
+def _clean(v):
+    """pandas/numpy scalars -> plain Python; NaN and <NA> -> None (JSON null, printed N/A)."""
+    import pandas as pd
+
+    if v is None or (not isinstance(v, str) and pd.isna(v)):
+        return None
+    return v.item() if hasattr(v, "item") else v
+
+
+def to_reports(df: "pandas.DataFrame") -> list[dict]:
+    """A sweep's DataFrame -> one report per (tool, op, nranks, backend): the JSON of
+    ``dtlab bench --json``, the same schema as ``dtlab nccl-tests --json``."""
+    base = dict(df.attrs.get("header") or {"tool": "dtlab bench"})
+    unsupported = dict(df.attrs.get("unsupported") or {})
+    reports = []
+    keys = ["tool", "op", "nranks", "backend"]
+    for key, part in df.groupby(keys, sort=False, dropna=False):
+        tool, op, nranks, backend = (_clean(k) for k in key)
+        rows = []
+        for rec in part.to_dict(orient="records"):
+            row = {k: _clean(rec[k]) for k in ("size", "count", "type", "redop", "root")}
+            for g in ("oop", "ip"):
+                row[g] = {k: _clean(rec[f"{g}_{k}"]) for k in _VALUES}
+            rows.append(row)
+        h = {**base, "op": op, "test": op, "nranks": nranks, "backend": backend,
+             "warnings": list(base.get("warnings", []))}
+        h["tool"] = "nccl-tests" if tool == "nccl-tests" else h.get("tool", "dtlab bench")
+        for g, why in unsupported.pop(op, {}).items():
+            h["warnings"].append(f"{_COLUMN_NAMES[g]} unsupported on {backend}: {why}")
+        reports.append({"header": h, "rows": rows, "trailer": summarize(rows)})
+    for op, cols in unsupported.items():  # ops with no row at all
+        warn = [f"{_COLUMN_NAMES[g]} unsupported on {base.get('backend')}: {why}"
+                for g, why in cols.items()]
+        reports.append({"header": {**base, "op": op, "test": op, "warnings": warn}, "rows": [],
+                        "trailer": None})
+    return reports
+
+
+def render_text(data) -> str:
+    """nccl-tests-like text for a sweep's DataFrame, a report, or a list of reports.
+
+    >>> print(render_text(sweep("broadcast", "1K", "4K", backend="gloo")))    # doctest: +SKIP
+    """
+    import pandas as pd
+
+    if isinstance(data, pd.DataFrame):
+        data = to_reports(data)
+    reports = data if isinstance(data, list) else [data]
+    return "\n".join(render_report(r) for r in reports)

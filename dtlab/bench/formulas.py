@@ -1,0 +1,204 @@
+"""Bandwidth arithmetic exactly as nccl-tests does it: sizes, counts, algbw and busbw.
+
+nccl-tests (github.com/NVIDIA/nccl-tests, doc/PERFORMANCE.md) reports two bandwidths in GB/s
+(1e9 bytes/s):
+
+* **algbw** = S / t, where S is the printed ``size`` column and t the time of one operation;
+* **busbw** = algbw x a factor that makes the number comparable to the link's speed whatever
+  the number of ranks n:
+
+  ===============  ============  ==========================================================
+  all_reduce       2(n-1)/n      reduce-scatter then all-gather: each byte crosses 2(n-1)/n
+  all_gather       (n-1)/n       each rank receives the n-1 chunks it lacks
+  reduce_scatter   (n-1)/n       each rank sends the n-1 chunks others own
+  alltoall         (n-1)/n       each rank keeps 1/n of its buffer, sends the rest
+  broadcast        1             all bytes leave the root over its one link
+  reduce           1             all bytes arrive at the root over its one link
+  sendrecv         1             point to point
+  ===============  ============  ==========================================================
+
+The ``size`` column is max(send buffer, receive buffer) of one rank: for all_gather the whole
+gathered output, for reduce_scatter the whole input, for alltoall the whole send buffer. The
+``count`` column is the *count argument* of the NCCL call: for all_reduce, broadcast, reduce and
+sendrecv the elements of the buffer, but for all_gather / reduce_scatter the elements per rank
+and for alltoall the elements per peer (src/common.cu prints ``args->nbytes / wordSize``, the
+per-rank ``paramcount``). Those three also round the per-rank chunk down to a whole number of 16
+bytes, so a requested 8 B all_gather on 2 ranks becomes 0 B (src/all_gather.cu,
+``(count/nranks) & -(16/eltSize)``).
+
+>>> from dtlab.bench.formulas import algbw, busbw, parse_size
+>>> round(algbw("all_reduce", parse_size("1G"), 3279.91e-6, 2), 2)   # nt_all_reduce.txt, last row
+327.37
+>>> round(busbw("all_gather", 1 << 30, 4.0e-3, 8), 2)
+234.88
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "alltoall", "sendrecv")
+
+_ALIASES = {
+    "allreduce": "all_reduce", "allgather": "all_gather", "reducescatter": "reduce_scatter",
+    "all_to_all": "alltoall", "alltoall": "alltoall", "all_to_all_single": "alltoall",
+    "send_recv": "sendrecv", "p2p": "sendrecv", "bcast": "broadcast",
+}
+
+# what nccl-tests prints in the redop and root columns of each test (its defaults: -o sum, -r 0)
+NCCL_TESTS_REDOP = {"all_reduce": "sum", "all_gather": "none", "reduce_scatter": "sum",
+                    "broadcast": "none", "reduce": "sum", "alltoall": "none", "sendrecv": "sum"}
+NCCL_TESTS_ROOT = {"broadcast": 0, "reduce": 0}  # every other op prints -1
+
+# torch dtype name -> the name nccl-tests prints in its ``type`` column
+NCCL_TYPE_NAMES = {"float32": "float", "float16": "half", "bfloat16": "bfloat16",
+                   "float64": "double", "int8": "int8", "uint8": "uint8", "int32": "int32",
+                   "int64": "int64"}
+
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def canonical_op(op: str) -> str:
+    """'allreduce', 'all_reduce_perf', 'AllReduce' -> 'all_reduce'; ValueError if unknown."""
+    if not isinstance(op, str):
+        raise ValueError(f"op={op!r} must be a string, one of: {', '.join(OPS)}.")
+    key = re.sub(r"_perf$", "", op.strip().lower().replace("-", "_"))
+    key = _ALIASES.get(key, _ALIASES.get(key.replace("_", ""), key))
+    if key not in OPS:
+        raise ValueError(f"op={op!r} is not a collective dtlab.bench knows; use one of: "
+                         f"{', '.join(OPS)}.")
+    return key
+
+
+def busbw_factor(op: str, nranks: int) -> float:
+    """busbw / algbw for ``op`` on ``nranks`` ranks (nccl-tests doc/PERFORMANCE.md)."""
+    op = canonical_op(op)
+    n = _check_nranks(nranks)
+    if op == "all_reduce":
+        return 2.0 * (n - 1) / n
+    if op in ("all_gather", "reduce_scatter", "alltoall"):
+        return (n - 1) / n
+    return 1.0
+
+
+def algbw(op: str, size_bytes: int, seconds: float, nranks: int) -> float:
+    """Algorithm bandwidth in GB/s (1e9 B/s): ``size_bytes / seconds``.
+
+    ``size_bytes`` follows nccl-tests' ``size`` column (see the module docstring): the same
+    formula then holds for every op. ``op`` and ``nranks`` are checked so a typo cannot pass.
+
+    >>> algbw("broadcast", 1 << 30, 2947.26e-6, 2)      # doctest: +ELLIPSIS
+    364.31...
+    """
+    canonical_op(op)
+    _check_nranks(nranks)
+    if isinstance(size_bytes, bool) or not isinstance(size_bytes, int) or size_bytes < 0:
+        raise ValueError(f"size_bytes={size_bytes!r} must be a whole number of bytes >= 0.")
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds > 0:
+        raise ValueError(f"seconds={seconds!r} must be a positive time of one operation "
+                         f"(e.g. 3279.91e-6 for 3279.91 us).")
+    return size_bytes / seconds / 1e9
+
+
+def busbw(op: str, size_bytes: int, seconds: float, nranks: int) -> float:
+    """Bus bandwidth in GB/s: ``algbw * busbw_factor(op, nranks)``; compare it to a link's speed.
+
+    >>> round(busbw("all_reduce", 1073741824, 3279.91e-6, 2), 2)
+    327.37
+    """
+    return algbw(op, size_bytes, seconds, nranks) * busbw_factor(op, nranks)
+
+
+def _check_nranks(nranks) -> int:
+    if isinstance(nranks, bool) or not isinstance(nranks, int) or nranks < 1:
+        raise ValueError(f"nranks={nranks!r} must be a whole number of ranks >= 1.")
+    return nranks
+
+
+# --- sizes ---------------------------------------------------------------------------------------
+
+def parse_size(value: int | str, name: str = "size") -> int:
+    """nccl-tests size strings -> bytes: 8, "8", "1K", "128M", "1G", "1.5K" (K = 1024).
+
+    >>> [parse_size(s) for s in ("8", "1K", "128M", "1G", 4096)]
+    [8, 1024, 134217728, 1073741824, 4096]
+    """
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value < 0:
+            raise ValueError(f"{name}={value!r} must be >= 0 bytes.")
+        return value
+    m = re.fullmatch(r"\s*(\d+(?:\.\d*)?)\s*([kKmMgGtT]?)(?:i?[bB])?\s*", str(value))
+    if not m:
+        raise ValueError(f"{name}={value!r} is not a size: give bytes like 8, 1K, 128M or 1G "
+                         f"(K/M/G are powers of 1024, as in nccl-tests' -b/-e).")
+    return int(float(m.group(1)) * _UNITS[m.group(2).upper()])
+
+
+def format_size(nbytes: int) -> str:
+    """Short power-of-1024 label, as on nccl-tests plots: 8, 1K, 1.5K, 128M, 1G."""
+    for unit in ("T", "G", "M", "K"):
+        scale = _UNITS[unit]
+        if nbytes >= scale:
+            return f"{nbytes / scale:.4g}{unit}"
+    return str(nbytes)
+
+
+def sweep_sizes(min_bytes: int | str, max_bytes: int | str, factor: int = 2) -> list[int]:
+    """The requested sizes of a sweep, like nccl-tests ``-b MIN -e MAX -f FACTOR``.
+
+    >>> [format_size(s) for s in sweep_sizes("8", "64", 2)]
+    ['8', '16', '32', '64']
+    """
+    lo, hi = parse_size(min_bytes, "min_bytes"), parse_size(max_bytes, "max_bytes")
+    if isinstance(factor, bool) or not isinstance(factor, int) or factor < 2:
+        raise ValueError(f"factor={factor!r} must be a whole number >= 2 (nccl-tests -f).")
+    if lo < 1:
+        raise ValueError(f"min_bytes={min_bytes!r} must be at least 1 byte.")
+    if lo > hi:
+        raise ValueError(f"min_bytes={min_bytes!r} is larger than max_bytes={max_bytes!r}; "
+                         f"swap them.")
+    out = []
+    size = lo
+    while size <= hi:
+        out.append(size)
+        size *= factor
+    return out
+
+
+@dataclass(frozen=True)
+class CollShape:
+    """One row's buffers, in elements, as nccl-tests lays them out for ``nranks`` ranks.
+
+    ``size`` and ``count`` are the printed columns; ``send`` / ``recv`` are one rank's buffers.
+    """
+
+    op: str
+    size: int          # bytes: max(send, recv) * elem_size
+    count: int         # the NCCL call's count argument (per rank / per peer where it is one)
+    send: int
+    recv: int
+    elem_size: int
+
+
+def coll_shape(op: str, requested_bytes: int, nranks: int, elem_size: int) -> CollShape:
+    """nccl-tests' ``*GetCollByteCount``: the buffers it really uses for a requested size.
+
+    >>> coll_shape("all_gather", 1 << 30, 2, 4)
+    CollShape(op='all_gather', size=1073741824, count=134217728, send=134217728, recv=268435456, elem_size=4)
+    >>> coll_shape("all_gather", 8, 2, 4).size     # rounded down to 16 B per rank
+    0
+    """
+    op = canonical_op(op)
+    n = _check_nranks(nranks)
+    if elem_size not in (1, 2, 4, 8, 16):
+        raise ValueError(f"elem_size={elem_size!r}: element sizes are 1, 2, 4, 8 or 16 bytes.")
+    count = parse_size(requested_bytes, "requested_bytes") // elem_size
+    if op in ("all_gather", "reduce_scatter", "alltoall"):
+        chunk = (count // n) & -(16 // elem_size)  # whole 16-byte lines per rank, like nccl-tests
+        send, recv = {"all_gather": (chunk, chunk * n), "reduce_scatter": (chunk * n, chunk),
+                      "alltoall": (chunk * n, chunk * n)}[op]
+        param = chunk
+    else:
+        send = recv = param = count
+    return CollShape(op, max(send, recv) * elem_size, param, send, recv, elem_size)
