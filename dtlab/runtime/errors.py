@@ -102,6 +102,8 @@ class RankError(_ShortTraceback, RuntimeError):
         self.exit_codes = {f.rank: f.exit_code for f in ordered}
         self.results = results
         self.stopped = stopped or []
+        self.diagnosis = None  # filled by dtlab.hang when the evidence names a cause
+        self.evidence_dir = None
         super().__init__(self._format(where))
 
     def _format(self, where: str) -> str:
@@ -143,6 +145,8 @@ class HangError(_ShortTraceback, TimeoutError):
         self.results = results
         self.method = method
         self.diagnosis = None
+        self.evidence_dir = None
+        self.snapshot: dict[int, str] = {}
         self.finished = finished or []
         super().__init__(self._format(where))
 

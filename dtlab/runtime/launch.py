@@ -24,7 +24,7 @@ import time
 
 import cloudpickle
 
-from . import output, plan as _plan
+from . import evidence, output, plan as _plan
 from .errors import Failure, HangError, RankError, exit_summary
 from .procs import RankProcs
 from .results import RankResult, Results
@@ -94,10 +94,27 @@ def run(fn, *args, nprocs: int | None = None, backend: str = "auto", timeout: fl
     [21, 21]
 
     Raises :class:`dtlab.RankError` if any rank fails (every failing rank's traceback, root cause
-    first), :class:`dtlab.HangError` if ``timeout`` seconds pass (with every live rank's stack),
-    :class:`dtlab.LaunchError` for bad input, before anything starts. Whatever happens, no rank
-    process outlives the call.
+    first), :class:`dtlab.HangError` if ``timeout`` seconds pass (with every live rank's stack
+    and, when it can name one, a ``.diagnosis``), :class:`dtlab.LaunchError` for bad input,
+    before anything starts. Whatever happens, no rank process outlives the call.
     """
+    return launch(fn, args, kwargs, nprocs=nprocs, backend=backend, timeout=timeout, env=env)
+
+
+def launch(fn, args: tuple = (), kwargs: dict | None = None, *, nprocs: int | None = None,
+           backend: str = "auto", timeout: float | None = 300, env: dict | None = None,
+           snapshot_quiet: float | None = None, evidence_dir: str | None = None,
+           meta: dict | None = None, failure_grace: float = FAILURE_GRACE) -> Results:
+    """:func:`run` with the post-mortem knobs that tools such as :mod:`dtlab.hang` need.
+
+    ``snapshot_quiet``: once every live rank has been silent that many seconds (a hang
+    beginning), take every rank's stack and, on NCCL, a Flight Recorder dump -- while the ranks
+    are still stuck, before any watchdog tears them down. ``evidence_dir``: write the evidence
+    there (see :mod:`dtlab.runtime.evidence`); ``meta`` goes into its ``run.json``.
+    ``failure_grace``: after the first rank fails, how long the others get to fail on their own
+    (and dump their evidence) before they are stopped.
+    """
+    kwargs = kwargs or {}
     plan = _plan.resolve(nprocs, backend, env)
     timeout = _plan.check_timeout(timeout)
     from .payload import pack_call, parent_context
@@ -113,71 +130,123 @@ def run(fn, *args, nprocs: int | None = None, backend: str = "auto", timeout: fl
         with open(os.path.join(run_dir, "context.pkl"), "wb") as f:
             cloudpickle.dump(parent_context(fn, *args, *kwargs.values()), f)
         store = host_store(timeout or 300.0)
-        envs = _plan.rank_envs(plan, store.port)
+        fr_dir = os.path.join(run_dir, "fr")
+        os.makedirs(fr_dir)
+        envs = _plan.rank_envs(plan, store.port, evidence.fr_env(plan.backend, fr_dir, plan.env))
         procs = RankProcs(os.path.join(run_dir, "logs"), envs, ("oneshot", run_dir))
-        return _supervise(procs, plan, run_dir, timeout)
+        sup = _Supervisor(procs, plan, run_dir, timeout, snapshot_quiet, failure_grace)
+        return sup.conclude(sup.watch(), evidence_dir, meta or {})
     finally:
         if not os.environ.get("DTLAB_KEEP_RUNS"):
             shutil.rmtree(run_dir, ignore_errors=True)
 
 
-def _supervise(procs: RankProcs, plan: _plan.Plan, run_dir: str, timeout: float | None) -> Results:
-    n = plan.nprocs
-    t0 = time.monotonic()
-    deadline = None if timeout is None else t0 + timeout
-    pump = None
-    hang = None
-    first_failure_at = None
-    try:
-        procs.start()
-        pump = output.OutputPump(procs.files, output.choose_sink(), plan.labels())
-        while True:
-            pump.pump()
-            codes = procs.poll()
-            running = [r for r, c in codes.items() if c is None]
-            if not running:
-                break
-            if first_failure_at is None and any(
-                    c not in (None, 0) or (c == 0 and not _has_result(run_dir, r))
-                    for r, c in codes.items()):
-                first_failure_at = time.monotonic()
-            if first_failure_at is not None and time.monotonic() - first_failure_at > FAILURE_GRACE:
-                break
-            if deadline is not None and time.monotonic() > deadline:
-                method, stacks = capture({r: procs.pids[r] for r in running},
-                                         {r: os.path.join(run_dir, f"stacks-{r}.txt") for r in running},
-                                         prefer=os.environ.get("DTLAB_STACKS", "auto"))
-                hang = (method, stacks, [r for r in range(n) if r not in running])
-                break
-            time.sleep(TICK)
-    except KeyboardInterrupt:
-        stopped = procs.stop(grace=1.0)
-        if pump:
-            pump.pump()
-            pump.close()
-        print(f"dtlab: interrupted; stopped rank(s) {', '.join(map(str, stopped)) or 'none'} "
-              f"and their children.", file=sys.stderr)
-        raise
-    finally:
-        stopped = procs.stop()  # idempotent: the normal path ends here too
-    pump.pump()
-    pump.close()
-    results = _collect(procs, plan, run_dir, time.monotonic() - t0)
-    if hang is not None:
-        method, stacks, finished = hang
-        raise HangError(timeout, stacks, results, method=method, finished=finished)
-    failures = []
-    for r in range(n):
-        code = procs.exit_codes[r]
-        if r in stopped:
-            continue
-        got = results[r].duration_s is not None
-        if code != 0 or not got:
-            failures.append(read_failure(r, code, procs.exit_times.get(r, time.time()),
-                                         procs.error_files[r], results[r].stderr, got))
-    if failures:
-        raise RankError(failures, results, stopped=sorted(stopped))
-    return results
+class _Supervisor:
+    """The wait loop of one launch, and what it concludes."""
+
+    def __init__(self, procs: RankProcs, plan: _plan.Plan, run_dir: str, timeout: float | None,
+                 snapshot_quiet: float | None, failure_grace: float):
+        self.procs, self.plan, self.run_dir, self.timeout = procs, plan, run_dir, timeout
+        self.snapshot_quiet, self.failure_grace = snapshot_quiet, failure_grace
+        self.stacks: dict[str, dict[int, str]] = {}
+        self.stack_method = ""
+        self.t0 = time.monotonic()
+
+    def _stacks(self, ranks: list[int], when: str) -> None:
+        pids = self.procs.pids
+        method, stacks = capture({r: pids[r] for r in ranks},
+                                 {r: os.path.join(self.run_dir, f"stacks-{r}.txt") for r in ranks},
+                                 prefer=os.environ.get("DTLAB_STACKS", "auto"))
+        self.stacks[when] = stacks
+        self.stack_method = method
+        if self.plan.backend == "nccl":
+            evidence.request_nccl_dumps(os.path.join(self.run_dir, "fr"), ranks)
+
+    def watch(self) -> str:
+        """Run until every rank is done, a failure settles, or the timeout: returns which."""
+        procs = self.procs
+        deadline = None if self.timeout is None else self.t0 + self.timeout
+        first_failure_at = None
+        last_output = time.monotonic()
+        seen_output = False
+
+        def saw(r, stream, text):
+            nonlocal last_output, seen_output
+            last_output, seen_output = time.monotonic(), True
+
+        self.pump = None
+        try:
+            procs.start()
+            self.pump = output.OutputPump(procs.files, output.choose_sink(), self.plan.labels())
+            while True:
+                self.pump.pump(on_text=saw)
+                codes = procs.poll()
+                running = [r for r, c in codes.items() if c is None]
+                now = time.monotonic()
+                if not running:
+                    return "done"
+                if first_failure_at is None and any(
+                        c not in (None, 0) or (c == 0 and not _has_result(self.run_dir, r))
+                        for r, c in codes.items()):
+                    first_failure_at = now
+                if first_failure_at is not None and now - first_failure_at > self.failure_grace:
+                    return "failed"
+                if (self.snapshot_quiet is not None and "snapshot" not in self.stacks
+                        and seen_output and now - last_output > self.snapshot_quiet):
+                    self._stacks(running, "snapshot")
+                if deadline is not None and now > deadline:
+                    self._stacks(running, "timeout")
+                    return "hang"
+                time.sleep(TICK)
+        except KeyboardInterrupt:
+            stopped = procs.stop(grace=1.0)
+            if self.pump:
+                self.pump.pump()
+                self.pump.close()
+            print(f"dtlab: interrupted; stopped rank(s) {', '.join(map(str, stopped)) or 'none'} "
+                  f"and their children.", file=sys.stderr)
+            raise
+        finally:
+            self.stopped = procs.stop()  # idempotent: the normal path ends here too
+
+    def conclude(self, outcome: str, evidence_dir: str | None, meta: dict) -> Results:
+        procs, n = self.procs, self.plan.nprocs
+        self.pump.pump()
+        self.pump.close()
+        results = _collect(procs, self.plan, self.run_dir, time.monotonic() - self.t0)
+        failures = []
+        for r in range(n):
+            code = procs.exit_codes[r]
+            if r in self.stopped:
+                continue
+            got = results[r].duration_s is not None
+            if code != 0 or not got:
+                failures.append(read_failure(r, code, procs.exit_times.get(r, time.time()),
+                                             procs.error_files[r], results[r].stderr, got))
+        err: Exception | None = None
+        if outcome == "hang":
+            live = self.stacks["timeout"]
+            err = HangError(self.timeout, live, results, method=self.stack_method,
+                            finished=[r for r in range(n) if r not in live])
+            err.snapshot = self.stacks.get("snapshot", {})
+        elif failures:
+            err = RankError(failures, results, stopped=sorted(self.stopped))
+        if err is not None or evidence_dir is not None:
+            out = evidence_dir or os.path.join(self.run_dir, "evidence")
+            facts = {"backend": self.plan.backend, "nprocs": n, "timeout_s": self.timeout,
+                     "stopped_by_dtlab": sorted(self.stopped),
+                     "outcome": outcome if err is not None or outcome != "done" else "ok",
+                     "error": type(err).__name__ if err else None,
+                     "stack_method": self.stack_method, "wall_s": results.wall_s, **meta}
+            evidence.write_evidence(out, results, facts, self.stacks,
+                                    os.path.join(self.run_dir, "fr"))
+            results.extra["evidence_dir"] = out if evidence_dir else None
+            if err is not None:
+                evidence.attach_diagnosis(err, out)
+                err.evidence_dir = evidence_dir
+        if err is not None:
+            raise err
+        return results
 
 
 def _has_result(run_dir: str, rank: int) -> bool:

@@ -33,7 +33,7 @@ from multiprocessing.connection import wait as wait_conns
 
 import cloudpickle
 
-from . import output, plan as _plan
+from . import evidence, output, plan as _plan
 from .channel import ControlServer, write_key
 from .errors import Failure, HangError, PoolBrokenError, RankError
 from .launch import FAILURE_GRACE, host_store, make_run_dir, read_failure
@@ -79,7 +79,10 @@ class Pool:
         with open(os.path.join(run_dir, "context.pkl"), "wb") as f:
             cloudpickle.dump(parent_context(), f)
         self._store = host_store()
-        envs = _plan.rank_envs(self.plan, self._store.port)
+        fr_dir = os.path.join(run_dir, "fr")
+        os.makedirs(fr_dir)
+        envs = _plan.rank_envs(self.plan, self._store.port,
+                               evidence.fr_env(self.plan.backend, fr_dir, self.plan.env))
         self._procs = procs = RankProcs(os.path.join(run_dir, "logs"), envs,
                                         ("serve", run_dir, server.address))
         self._conns: dict[int, object] = {}
@@ -361,13 +364,22 @@ class Pool:
                         f"(waiting in a collective for the failed rank?): the pool was restarted, "
                         f"namespaces are reset.",)
             raise err
-        # hang
+        # hang: the stacks (and NCCL's Flight Recorder) of the stuck ranks, then a diagnosis,
+        # all before the restart wipes the ranks and their folder
         method, stacks = capture({r: self._info[r]["pid"] for r in busy},
                                  {r: os.path.join(self._run_dir, f"stacks-{r}.txt") for r in busy},
                                  prefer=os.environ.get("DTLAB_STACKS", "auto"))
-        self.restart()
+        fr_dir = os.path.join(self._run_dir, "fr")
+        if self.backend == "nccl":
+            evidence.request_nccl_dumps(fr_dir, busy)
         err = HangError(timeout, stacks, results, method=method, where=what,
                         finished=[r for r in targets if r in replies])
+        out = evidence.write_evidence(os.path.join(self._run_dir, "evidence"), results, {
+            "backend": self.backend, "nprocs": self.nprocs, "timeout_s": timeout,
+            "outcome": "hang", "error": "HangError", "stopped_by_dtlab": busy,
+            "stack_method": method}, {"timeout": stacks}, fr_dir)
+        evidence.attach_diagnosis(err, out)
+        self.restart()
         err.args = (err.args[0] + "\nThe pool restarted itself: fresh ranks, namespaces reset.",)
         raise err
 

@@ -23,6 +23,7 @@ import traceback
 
 import cloudpickle
 
+from . import evidence
 from .payload import ShippingPickler
 from .stacks import STACK_SIGNAL
 
@@ -207,6 +208,7 @@ def oneshot(run_dir: str) -> None:
         finish(code, destroy=False)
     except BaseException as e:
         record_failure(e)
+        evidence.dump_own_trace(rank)  # the collectives this rank issued, for the post-mortem
         finish(1, destroy=False)
     finish(0, destroy=joined)
 

@@ -89,3 +89,18 @@ def test_nccl_hang_names_each_ranks_line():
     assert "test_gpu.py" in str(e)
     pids = {r.pid for r in e.results}
     assert not (pids & gpu_pids())
+
+
+def test_pool_on_nccl_keeps_state_and_survives_a_hang():
+    need(2)
+    with dtlab.Pool(nprocs=2) as pool:
+        assert pool.backend == "nccl"
+        pool.exec("x = torch.full((4,), float(rank + 1), device=device)\ndist.all_reduce(x)")
+        pulled = pool.pull("x")
+        assert pulled[1].device.type == "cpu" and pulled[1].tolist() == [3.0] * 4
+        with pytest.raises(dtlab.HangError) as ei:
+            pool.exec("t = torch.ones(1, device=device)\nif rank == 0:\n    dist.all_reduce(t)\n"
+                      "t.item()", timeout=15)
+        assert ei.value.diagnosis is not None
+        assert pool.restarts == 1
+        assert pool.exec("torch.cuda.current_device()").values == [0, 1]

@@ -1,0 +1,112 @@
+"""Reproduce a failure class on purpose and keep everything every tool says about it.
+
+    dtlab hang size_mismatch --nprocs 3 --backend gloo --out evidence/size_mismatch
+    dtlab diagnose evidence/size_mismatch
+
+>>> rep = reproduce("skipped_collective", nprocs=3, backend="gloo", out="/tmp/ev")  # doctest: +SKIP
+>>> rep.outcome, rep.diagnosis.failure_class, rep.diagnosis.culprit_ranks          # doctest: +SKIP
+('RankError', 'missing_collective', [1])
+
+What is recorded (an evidence directory, see :mod:`dtlab.runtime.evidence`):
+
+* every rank's console output, exit codes, and ``run.json``;
+* py-spy stacks of every rank taken *during* the hang (once all ranks have been silent for a
+  couple of seconds), and again at the timeout if they are still stuck;
+* Flight Recorder dumps: from ranks that raise, from finished ranks, and on NCCL from the
+  watchdog at the collective timeout and through its dump pipe during the hang;
+* on NCCL, the NCCL_DEBUG=INFO logs (INIT,COLL), one file per rank;
+* with ``detail=True`` a second run with TORCH_DISTRIBUTED_DEBUG=DETAIL into ``detail/``: the
+  same bug as torch's collective checker reports it, before the collective runs.
+
+The collective timeout (``init_process_group(timeout=...)``) is set to ``pg_timeout`` so that,
+inside ``timeout``, gloo's waits give up and NCCL's watchdog fires: both are part of what a
+real hang shows.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+
+from ..runtime import HangError, RankError
+from ..runtime.launch import launch
+from .kinds import KINDS, training_loop
+
+
+@dataclass
+class Reproduction:
+    kind: str
+    out: str
+    outcome: str  # "ok", "RankError" or "HangError"
+    error: str | None
+    diagnosis: object = None
+    detail_outcome: str | None = None
+    extra: dict = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        d = self.diagnosis
+        verdict = f"{d.failure_class}, culprit {d.culprit_ranks}, seq {d.collective_seq}" if d else "-"
+        return f"<Reproduction {self.kind}: {self.outcome}; diagnosis: {verdict}; evidence in {self.out}>"
+
+
+def reproduce(kind: str, nprocs: int = 3, backend: str = "auto", timeout: float = 30,
+              out: str | None = None, detail: bool | str = "auto", delay: float = 1.0,
+              pg_timeout: float | None = None) -> Reproduction:
+    """Run the ``kind`` reproducer on ``nprocs`` ranks and write its evidence into ``out``.
+
+    ``detail``: True adds the TORCH_DISTRIBUTED_DEBUG=DETAIL rerun, False never; "auto" does
+    what an engineer would: rerun with DETAIL only when the raw evidence leaves the diagnosis
+    unsure (on gloo a size and a dtype mismatch both show as one byte count). ``delay`` is the
+    straggler's lag per step.
+    """
+    if detail not in (True, False, "auto"):
+        raise ValueError(f"detail={detail!r}: use True, False or 'auto'")
+    if kind not in KINDS:
+        raise ValueError(f"unknown kind {kind!r}; choose one of: {', '.join(KINDS)}")
+    if not isinstance(nprocs, int) or nprocs < 2:
+        raise ValueError(f"nprocs={nprocs!r}: a distributed failure needs at least 2 ranks")
+    if timeout <= 0 or delay < 0:
+        raise ValueError("timeout must be positive and delay non-negative (seconds)")
+    out = out or tempfile.mkdtemp(prefix=f"dtlab-hang-{kind}-")
+    if os.path.isdir(out) and os.listdir(out):
+        raise ValueError(f"evidence folder {out!r} is not empty: give a new folder (--out), so "
+                         f"evidence from two runs never mixes")
+    pg_timeout = pg_timeout or max(3.0, min(10.0, timeout / 3))
+    from ..runtime.plan import resolve
+
+    be = resolve(nprocs, backend).backend
+    from .diagnose import diagnose
+
+    outcome, error = _one_run(kind, nprocs, be, timeout, out, delay, pg_timeout, detail=False)
+    rep = Reproduction(kind, out, outcome, error)
+    rep.diagnosis = diagnose(out)
+    if detail is True or (detail == "auto" and not rep.diagnosis.confident):
+        rep.detail_outcome, _ = _one_run(kind, nprocs, be, timeout, os.path.join(out, "detail"),
+                                         delay, pg_timeout, detail=True)
+        rep.diagnosis = diagnose(out)
+    with open(os.path.join(out, "diagnosis.json"), "w") as f:
+        json.dump(rep.diagnosis.to_dict(), f, indent=2)
+    return rep
+
+
+def _one_run(kind: str, nprocs: int, backend: str, timeout: float, out: str, delay: float,
+             pg_timeout: float, detail: bool) -> tuple[str, str | None]:
+    os.makedirs(out, exist_ok=True)
+    env = {"DTLAB_PG_TIMEOUT_S": str(pg_timeout)}
+    if detail:
+        env["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL"
+    if backend == "nccl":
+        os.makedirs(os.path.join(out, "nccl"), exist_ok=True)
+        env.update({"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,COLL",
+                    "NCCL_DEBUG_FILE": os.path.join(os.path.abspath(out), "nccl", "%h.%p.log")})
+    # provenance for people; `dtlab diagnose` never reads this section
+    meta = {"reproducer": {"tool": "dtlab hang", "kind": kind, "culprit_rank": 1 % nprocs,
+                           "pg_timeout_s": pg_timeout, "detail": detail, "env": env}}
+    try:
+        launch(training_loop, (kind, delay), nprocs=nprocs, backend=backend, timeout=timeout,
+               env=env, snapshot_quiet=2.0, evidence_dir=out, meta=meta, failure_grace=5.0)
+        return "ok", None
+    except (RankError, HangError) as e:
+        return type(e).__name__, str(e).splitlines()[0]

@@ -1,0 +1,161 @@
+"""What a launch keeps for the post-mortem: Flight Recorder dumps, stacks, output, exit codes.
+
+Flight Recorder (torch's ring buffer of the last collectives each rank issued) is switched on in
+every rank (``TORCH_FR_BUFFER_SIZE`` for gloo, ``TORCH_NCCL_TRACE_BUFFER_SIZE`` for NCCL) unless
+the caller set it. It is dumped
+
+* by the rank itself when ``fn`` raises (``_dump_fr_trace`` / ``_dump_nccl_trace``),
+* on NCCL, by the watchdog when a collective times out (``TORCH_NCCL_DUMP_ON_TIMEOUT``), and on
+  request through the per-rank named pipe (``TORCH_NCCL_DEBUG_INFO_PIPE_FILE``) -- which works
+  while the rank's Python thread is blocked, because a C++ thread serves it.
+
+Dumps are named ``fr_trace_<rank>``, the layout torch's own analyzer reads
+(``python -m torch.distributed.flight_recorder.fr_trace DIR``).
+
+An evidence directory holds (files are recognised by content, names only help people)::
+
+    run.json                  launch facts: backend, ranks, timeout, outcome, exit codes
+    rank<R>.stdout.txt        everything rank R wrote (NCCL_DEBUG lines on NCCL included)
+    rank<R>.stderr.txt
+    stacks/<when>-rank<R>.txt py-spy (or faulthandler) dumps: at a snapshot, at the timeout
+    fr/fr_trace_<R>           Flight Recorder dumps
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import stat
+import sys
+import time
+
+FR_PREFIX = "fr_trace_"
+FR_SIZE = "2000"
+
+
+def fr_env(backend: str, fr_dir: str, user_env: dict[str, str]) -> dict[str, str]:
+    """Environment that turns Flight Recorder on and points its dumps at ``fr_dir``."""
+    env = {"DTLAB_FR_DIR": fr_dir}
+
+    def default(key: str, value: str) -> None:
+        if key not in user_env and key not in os.environ:
+            env[key] = value
+
+    if backend == "nccl":
+        default("TORCH_NCCL_TRACE_BUFFER_SIZE", FR_SIZE)
+        default("TORCH_NCCL_DUMP_ON_TIMEOUT", "1")
+        default("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", os.path.join(fr_dir, FR_PREFIX))
+        default("TORCH_NCCL_DEBUG_INFO_PIPE_FILE", os.path.join(fr_dir, "pipe_"))
+    else:
+        default("TORCH_FR_BUFFER_SIZE", FR_SIZE)
+    return env
+
+
+def dump_own_trace(rank: int) -> str | None:
+    """Rank side: write this rank's Flight Recorder buffer to DTLAB_FR_DIR (after a failure)."""
+    fr_dir = os.environ.get("DTLAB_FR_DIR")
+    if not fr_dir:
+        return None
+    try:
+        import torch.distributed as dist
+        from torch._C import _distributed_c10d as c10d
+
+        if not dist.is_initialized():
+            return None
+        if dist.get_backend() == "nccl" and hasattr(c10d, "_dump_nccl_trace"):
+            blob = c10d._dump_nccl_trace()
+        elif hasattr(c10d, "_dump_fr_trace"):
+            blob = c10d._dump_fr_trace()
+        else:
+            return None
+        os.makedirs(fr_dir, exist_ok=True)
+        path = os.path.join(fr_dir, f"{FR_PREFIX}{rank}")
+        with open(path + ".tmp", "wb") as f:
+            f.write(blob)
+        os.replace(path + ".tmp", path)
+        return path
+    except Exception as e:  # evidence is best effort: never mask the real failure
+        print(f"dtlab: could not dump Flight Recorder on rank {rank}: {e}", file=sys.stderr)
+        return None
+
+
+def request_nccl_dumps(fr_dir: str, ranks: list[int], wait: float = 5.0) -> list[str]:
+    """Ask NCCL ranks for a Flight Recorder dump through their named pipes; return new dumps."""
+    asked = []
+    for r in ranks:
+        pipe = os.path.join(fr_dir, f"pipe_{r}.pipe")
+        try:
+            if not stat.S_ISFIFO(os.stat(pipe).st_mode):
+                continue
+            fd = os.open(pipe, os.O_WRONLY | os.O_NONBLOCK)  # ENXIO if nobody reads it
+        except OSError as e:
+            if e.errno not in (errno.ENOENT, errno.ENXIO):
+                print(f"dtlab: Flight Recorder pipe of rank {r}: {e}", file=sys.stderr)
+            continue
+        try:
+            os.write(fd, b"1\n")
+            asked.append(r)
+        finally:
+            os.close(fd)
+    want = {os.path.join(fr_dir, f"{FR_PREFIX}{r}") for r in asked}
+    end = time.monotonic() + wait
+    while asked and time.monotonic() < end and not all(_stable(p) for p in want):
+        time.sleep(0.1)
+    return sorted(p for p in want if os.path.exists(p))
+
+
+def _stable(path: str) -> bool:
+    if not os.path.exists(path):
+        return False
+    size = os.path.getsize(path)
+    time.sleep(0.05)
+    return size > 0 and os.path.getsize(path) == size
+
+
+def write_evidence(out: str, results, meta: dict, stacks: dict[str, dict[int, str]],
+                   fr_dir: str | None) -> str:
+    """Write an evidence directory (see module docstring); returns its path."""
+    os.makedirs(out, exist_ok=True)
+    for r in results:
+        for name, text in (("stdout", r.stdout), ("stderr", r.stderr)):
+            with open(os.path.join(out, f"rank{r.rank}.{name}.txt"), "w") as f:
+                f.write(text)
+    for when, per_rank in stacks.items():
+        if not per_rank:
+            continue
+        os.makedirs(os.path.join(out, "stacks"), exist_ok=True)
+        for rank, text in per_rank.items():
+            with open(os.path.join(out, "stacks", f"{when}-rank{rank}.txt"), "w") as f:
+                f.write(text)
+    if fr_dir and os.path.isdir(fr_dir):
+        dumps = [f for f in os.listdir(fr_dir) if f.startswith(FR_PREFIX) and not f.endswith(".tmp")]
+        if dumps:
+            os.makedirs(os.path.join(out, "fr"), exist_ok=True)
+            for f in dumps:
+                shutil.copy(os.path.join(fr_dir, f), os.path.join(out, "fr", f))
+    meta = dict(meta)
+    meta["ranks"] = [{"rank": r.rank, "pid": r.pid, "device": r.device, "exit_code": r.exit_code,
+                      "duration_s": r.duration_s} for r in results]
+    with open(os.path.join(out, "run.json"), "w") as f:
+        json.dump(meta, f, indent=2, default=str)
+    return out
+
+
+def attach_diagnosis(err: BaseException, evidence_dir: str) -> None:
+    """Set ``err.diagnosis`` from the evidence, when the hang diagnoser can say something."""
+    try:
+        from ..hang.diagnose import diagnose
+    except ImportError:
+        return
+    try:
+        d = err.diagnosis = diagnose(evidence_dir)
+    except Exception as e:  # a diagnosis must never hide the error it explains
+        err.diagnosis = None
+        print(f"dtlab: diagnosis failed: {type(e).__name__}: {e}", file=sys.stderr)
+        return
+    if d.failure_class not in ("no_failure", "timeout_unknown") and err.args:
+        culprit = ", ".join(map(str, d.culprit_ranks)) or "-"
+        err.args = (f"{err.args[0]}\nDiagnosis (err.diagnosis): {d.failure_class}, culprit "
+                    f"rank(s) {culprit}. {d.summary}",) + tuple(err.args[1:])
