@@ -44,13 +44,25 @@ def fr_env(backend: str, fr_dir: str, user_env: dict[str, str]) -> dict[str, str
             env[key] = value
 
     if backend == "nccl":
-        default("TORCH_NCCL_TRACE_BUFFER_SIZE", FR_SIZE)
+        # torch >= 2.7 reads TORCH_FR_BUFFER_SIZE for NCCL too and warns about the old name
+        default("TORCH_FR_BUFFER_SIZE" if _torch_at_least(2, 7) else "TORCH_NCCL_TRACE_BUFFER_SIZE",
+                FR_SIZE)
         default("TORCH_NCCL_DUMP_ON_TIMEOUT", "1")
         default("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", os.path.join(fr_dir, FR_PREFIX))
         default("TORCH_NCCL_DEBUG_INFO_PIPE_FILE", os.path.join(fr_dir, "pipe_"))
     else:
         default("TORCH_FR_BUFFER_SIZE", FR_SIZE)
     return env
+
+
+def _torch_at_least(major: int, minor: int) -> bool:
+    import torch
+
+    try:
+        got = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
+    except ValueError:
+        return True
+    return got >= (major, minor)
 
 
 def dump_own_trace(rank: int) -> str | None:

@@ -235,7 +235,7 @@ class _Supervisor:
             out = evidence_dir or os.path.join(self.run_dir, "evidence")
             facts = {"backend": self.plan.backend, "nprocs": n, "timeout_s": self.timeout,
                      "stopped_by_dtlab": sorted(self.stopped),
-                     "outcome": outcome if err is not None or outcome != "done" else "ok",
+                     "outcome": "hang" if outcome == "hang" else "failed" if err else "ok",
                      "error": type(err).__name__ if err else None,
                      "stack_method": self.stack_method, "wall_s": results.wall_s, **meta}
             evidence.write_evidence(out, results, facts, self.stacks,

@@ -3,9 +3,10 @@
 import re
 
 import pytest
-from jupyter_client.manager import start_new_kernel
 
-from conftest import pid_gone
+start_new_kernel = pytest.importorskip("jupyter_client.manager").start_new_kernel
+
+from conftest import pid_gone  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("no_orphans")
 

@@ -4,11 +4,13 @@ import os
 import time
 
 import pytest
-from IPython.core.error import UsageError
-from IPython.testing.globalipapp import start_ipython
 
-from conftest import pid_gone
-from dtlab.runtime import magics
+pytest.importorskip("IPython")
+from IPython.core.error import UsageError  # noqa: E402
+from IPython.testing.globalipapp import start_ipython  # noqa: E402
+
+from conftest import pid_gone  # noqa: E402
+from dtlab.runtime import magics  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("no_orphans")
 
