@@ -27,6 +27,7 @@ down to 0 B (per-rank chunks are whole 16-byte lines) are skipped: ``df.attrs["s
 
 from __future__ import annotations
 
+import os
 import time
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -78,13 +79,14 @@ def sweep(op: str | Sequence[str] = "all_reduce", min_bytes: int | str = 8,
           max_bytes: int | str = "128M", factor: int = 2, iters: int = 20, warmup: int = 5,
           dtype: Any = "float32", nprocs: int | None = None, backend: str = "auto", pool=None,
           progress: bool = True, timeout: float | None = 600, check: bool = True,
-          _inject: dict | None = None) -> "pandas.DataFrame":
+          env: dict | None = None, _inject: dict | None = None) -> "pandas.DataFrame":
     """Measure algbw/busbw of ``op`` (a name, a list, or ``"all"``) like nccl-tests' ``*_perf``.
 
     Launches through :func:`dtlab.run` (``nprocs``, ``backend`` as there), or through
     ``pool.run`` when a :class:`dtlab.Pool` is given. ``progress``: a line here before and after,
     and rank 0 prints each size's row as it completes. ``check=False`` skips the ``#wrong``
-    check (N/A). ``_inject`` is a test hook: ``{"corrupt": k}`` damages k elements of rank 0's
+    check (N/A). ``env``: the ranks' environment (e.g. ``{"NCCL_PROTO": "Simple"}``; NCCL reads
+    it when ranks start, so not with ``pool=``). ``_inject`` is a test hook: ``{"corrupt": k}`` damages k elements of rank 0's
     result before the check, ``{"unsupported": [op]}`` makes ``op`` fail as a backend without it.
 
     >>> df = sweep("all_reduce", 8, "1M", nprocs=2, backend="gloo")   # doctest: +SKIP
@@ -107,11 +109,14 @@ def sweep(op: str | Sequence[str] = "all_reduce", min_bytes: int | str = 8,
               f"size as it completes", flush=True)
     t0 = time.monotonic()
     if pool is not None:
+        if env:
+            raise ValueError("env= applies to fresh ranks; a pool's ranks already started "
+                             "(NCCL read its variables then): use Pool(env=...) or drop pool=")
         res = pool.run(run_sweep, cfg, timeout=timeout)
     else:
         from ..runtime import run
 
-        res = run(run_sweep, cfg, nprocs=nprocs, backend=backend, timeout=timeout)
+        res = run(run_sweep, cfg, nprocs=nprocs, backend=backend, timeout=timeout, env=env)
     df = result_frame(res.values[0], cfg)
     if progress:
         extra = "".join(f"; {o}: {', '.join(_COLUMN_NAMES[g] for g in why)} unsupported"
@@ -127,7 +132,8 @@ def make_config(op, min_bytes, max_bytes, factor=2, iters=20, warmup=5, dtype="f
     return {"ops": resolve_ops(op), "sizes": sweep_sizes(min_bytes, max_bytes, factor),
             "factor": factor, "iters": _count("iters", iters, 1),
             "warmup": _count("warmup", warmup, 0), "dtype": resolve_dtype(dtype),
-            "progress": bool(progress), "check": bool(check), "inject": dict(inject or {})}
+            "progress": bool(progress), "check": bool(check), "inject": dict(inject or {}),
+            "run_id": os.urandom(6).hex()}
 
 
 def result_frame(out: dict, cfg: dict) -> "pandas.DataFrame":

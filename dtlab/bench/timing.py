@@ -228,6 +228,17 @@ def _column(op, chunk, inplace, cfg, device, dtype, seed, inject):
         return None, None, f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
 
 
+def _exchange(me: dict, run_id: str, rank: int, n: int) -> list[dict]:
+    """Every rank's device description, through the rendezvous store rather than a collective:
+    an NCCL all_gather here would itself obey NCCL_ALGO/NCCL_PROTO, and NCCL refuses e.g.
+    Tree for AllGather -- the sweep must not fail before it measures anything."""
+    import json
+
+    store = dist.distributed_c10d._get_default_store()
+    store.set(f"dtlab/bench/{run_id}/{rank}", json.dumps(me))
+    return [json.loads(store.get(f"dtlab/bench/{run_id}/{r}")) for r in range(n)]
+
+
 def run_sweep(cfg: dict) -> dict | None:
     """The rank function: every op x size x column; rank 0 prints a row per size as it ends
     and returns the rows (every rank holds the same numbers after the MAX/SUM reductions)."""
@@ -243,8 +254,7 @@ def run_sweep(cfg: dict) -> dict | None:
     inject = cfg.get("inject") or {}
     me = {"rank": rank, "pid": os.getpid(), "host": socket.gethostname(), "device": str(device),
           "name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"}
-    devices = [None] * n
-    dist.all_gather_object(devices, me)
+    devices = _exchange(me, cfg.get("run_id", "sweep"), rank, n)
     rows, unsupported, skipped = [], {}, []
     # (op, inplace) pairs the backend cannot run; out-of-place of in-place-only APIs counts too
     bad = {(op, False) for op in OOP_NA}

@@ -167,3 +167,8 @@ def test_unsupported_errors_are_told_apart_from_failures():
                                        "unsupported"))
     assert not is_unsupported(RuntimeError("Connection reset by peer"))
     assert not is_unsupported(ValueError("tensor sizes differ"))
+
+
+def test_env_cannot_reach_a_pools_running_ranks():
+    with pytest.raises(ValueError, match="fresh ranks"):
+        sweep("all_reduce", 8, 64, pool=object(), env={"NCCL_PROTO": "Simple"}, progress=False)
