@@ -116,8 +116,6 @@ def main() -> None:
               file=sys.stderr)
     med = {k: statistics.median(v) for k, v in times.items()}
     base = med["torchrun --standalone"]
-    import torch
-
     print(f"\n{a.nprocs} ranks, backend {backend}, torch {torch.__version__}, {a.rounds} rounds "
           f"(median wall seconds; ratio = / torchrun)")
     for k, v in med.items():

@@ -121,18 +121,18 @@ _FH_FRAME = re.compile(r'^\s+File "(?P<file>.+)", line (?P<line>\d+) in (?P<func
 _THREAD = re.compile(r"^(Thread|Current thread) ")
 
 # library code: torch, dtlab's runtime, installed packages, the standard library
-_LIBRARY = re.compile(r"(^|/)(torch|dtlab/runtime)/|site-packages|dist-packages|^<frozen ")
+_LIBRARY = re.compile(r"(^|/)(torch|dtlab/runtime)/|site-packages|dist-packages|^<frozen |"
+                      r"/lib/python3\.\d+/")  # any Python's stdlib, also another machine's
 _STDLIB = sysconfig.get_paths()["stdlib"]
 
 
 def is_library(file: str) -> bool:
+    """Code a user did not write: torch, dtlab's runtime, installed packages, the stdlib (also
+    as a bare relative name such as ``threading.py``, the way some tools shorten it)."""
     if _LIBRARY.search(file) or file.startswith(_STDLIB):
         return True
-    base = file.rsplit("/", 1)
-    if len(base) == 1 or file.split("/")[0] in getattr(sys, "stdlib_module_names", ()):
-        mod = file.split("/")[0].removesuffix(".py")
-        return mod in getattr(sys, "stdlib_module_names", ())
-    return False
+    top = file.split("/", 1)[0].removesuffix(".py")
+    return not os.path.isabs(file) and top in getattr(sys, "stdlib_module_names", ())
 
 
 def parse_threads(text: str) -> list[list[tuple[str, str, int]]]:

@@ -69,7 +69,9 @@ def test_outcomes_are_the_real_gloo_behaviour(evidence):
     # tell a size from a dtype mismatch, so "auto" reran that one with DETAIL, which can
     out = evidence["size_mismatch"].out
     raw = "".join(open(os.path.join(out, f"rank{r}.stderr.txt")).read() for r in range(3))
-    assert "doesn't match expected size" in raw
+    # which rank notices first varies from run to run: the receiver that aborts on the byte
+    # count, or a peer that sees the connection drop
+    assert "doesn't match expected size" in raw or "by peer" in raw
     assert not os.path.exists(os.path.join(out, "detail"))  # its raw evidence sufficed
     detail = os.path.join(evidence["dtype_mismatch"].out, "detail")
     assert evidence["dtype_mismatch"].detail_outcome == "RankError"

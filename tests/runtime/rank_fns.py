@@ -4,7 +4,6 @@ Each marks the line a hang test expects to see in the stacks with a ``# BLOCKS H
 """
 
 import os
-import signal
 import subprocess
 import sys
 import time

@@ -3,7 +3,6 @@
     PYTHONPATH=. python -m pytest -m gpu tests/runtime -q
 """
 
-import os
 import subprocess
 
 import pytest

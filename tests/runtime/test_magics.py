@@ -1,7 +1,5 @@
 """%dtlab / %%dtlab drive a Pool; every check goes through the Python API (ipyparallel style)."""
 
-import os
-import time
 
 import pytest
 

@@ -12,12 +12,12 @@ memory, it issued fewer collectives).
 
 from __future__ import annotations
 
-import signal
 import statistics
 from collections import Counter
 from dataclasses import dataclass, field
 
 from .facts import Facts, step_times
+from .notes import add_context, canon_op, describe, exit_text, join, per_rank_counts
 from .traces import first_divergence, odd_one_out, op_name
 
 CLASSES = ("size_mismatch", "dtype_mismatch", "op_mismatch", "missing_collective", "rank_died",
@@ -65,7 +65,7 @@ class _Verdict:
             waiting = [s.data.get("dist_op") for r, s in self.f.stacks.items() if r not in exclude]
             if mine and any(waiting):
                 ops = [w for w in waiting if w]
-                return max(t[-1].seq for t in mine) + 1, _canon(ops[0])
+                return max(t[-1].seq for t in mine) + 1, canon_op(ops[0])
             return None, None
         seq, _ = Counter(c.seq for c in last).most_common(1)[0]
         op = next(c.op for c in last if c.seq == seq)
@@ -91,30 +91,8 @@ class _Verdict:
         self.context()
         return d
 
-    def context(self, most: int = 10) -> None:
-        """What else the evidence says, so a person sees the symptoms beside the cause."""
-        f = self.f
-        for kind, say in (("fatal", lambda s: f"rank {s.rank}: {s.data['reason']}"
-                           + (f": {s.data['cpp_message'][:140]}" if s.data.get("cpp_message") else "")),
-                          ("gloo_size", lambda s: f"rank {s.rank}: gloo received {s.data['got']} "
-                           f"bytes where it expected {s.data['expected']}"),
-                          ("watchdog", lambda s: f"rank {s.rank}: NCCL watchdog: collective "
-                           f"#{s.data['seq']} ({s.data['op']}) timed out"),
-                          ("gloo_timeout", lambda s: f"rank {s.rank}: gloo {s.data['op']} timed "
-                           f"out after {s.data['ms']} ms"),
-                          ("peer_lost", lambda s: f"rank {s.rank}: lost its peer ("
-                           f"{s.line.strip()[:90]})"),
-                          ("exception", lambda s: f"rank {s.rank}: {s.data['type']}: "
-                           f"{s.data['message'][:110]}")):
-            for sig in f.of(kind):
-                if len(self.evidence) >= most:
-                    return
-                self.note(sig.path, kind, say(sig))
-        for r, st in sorted(f.stacks.items()):
-            if len(self.evidence) >= most or not st.data.get("site"):
-                continue
-            self.note(st.path, "stacks", f"rank {r} ({st.data['when']}): in "
-                      f"{st.data.get('dist_op') or 'no collective'} at {st.data.get('site')}")
+    def context(self) -> None:
+        add_context(self.f, self.note, self.evidence)
 
     def finished_vs_stuck(self):
         """Some ranks returned while others were still inside a collective: the others issued
@@ -132,12 +110,12 @@ class _Verdict:
         seq = done_len + 1 if done_len is not None else None
         for r in sorted(stuck):
             self.note("console", "traceback/stacks", f"rank {r} was still in a collective")
-        self.note("run.json", "exit", f"rank {_join(finished)} returned normally")
+        self.note("run.json", "exit", f"rank {join(finished)} returned normally")
         return self.done("missing_collective", culprits, seq, "all_reduce" if seq else None,
-                         f"Rank {_join(finished)} finished while rank {_join(stuck)} was still "
+                         f"Rank {join(finished)} finished while rank {join(stuck)} was still "
                          f"waiting in a collective" + (f" (#{seq})" if seq else "")
                          + f": the ranks issued different numbers of collectives. Rank "
-                           f"{_join(culprits)} took a different path (a collective skipped or "
+                           f"{join(culprits)} took a different path (a collective skipped or "
                            f"added inside a rank-dependent branch).")
 
     def oom(self):
@@ -149,7 +127,7 @@ class _Verdict:
             self.note(s.path, "console", f"rank {s.rank}: out of memory: {s.line.strip()[:160]}")
         seq, op = self.stuck_seq(exclude=ranks)
         return self.done("oom", ranks, seq, op,
-                         f"Rank {_join(ranks)} ran out of memory"
+                         f"Rank {join(ranks)} ran out of memory"
                          + (f" before collective #{seq} ({op})" if seq else "")
                          + "; the other ranks then waited for it in that collective until they "
                            "failed or were stopped. Fix the memory use on that rank (batch size, "
@@ -169,11 +147,11 @@ class _Verdict:
             if fatal and (fatal[0].data.get("cpp_message") or f.of("gloo_size", r)
                           or f.of("nccl_error", r)):
                 continue  # an abort inside the collective library: a symptom, not a death
-            dead[r] = _exit_text(code)
+            dead[r] = exit_text(code)
         for s in f.of("reported_exit"):
             code = s.data["exit_code"]
             if s.rank not in dead and code not in (0, 1) and s.rank not in f.exit_codes:
-                dead[s.rank] = _exit_text(code)
+                dead[s.rank] = exit_text(code)
         if not dead:
             return None
         for r, why in sorted(dead.items()):
@@ -184,7 +162,7 @@ class _Verdict:
             self.note(f.trace_files.get(next(iter(set(f.traces) - set(ranks)), -1), "traces"),
                       f.trace_source, f"the other ranks' last collective: #{seq} ({op})")
         return self.done("rank_died", ranks, seq, op,
-                         f"Rank {_join(ranks)} died ({'; '.join(dead[r] for r in ranks)}) while the "
+                         f"Rank {join(ranks)} died ({'; '.join(dead[r] for r in ranks)}) while the "
                          f"others" + (f" were in collective #{seq} ({op})" if seq else " ran on")
                          + ", which can never complete without it. Look at that rank's own output and "
                            "the machine's logs (dmesg: the OOM killer, a node failure), not at the "
@@ -217,8 +195,8 @@ class _Verdict:
             what = {"op": "called a different collective", "size": "passed a tensor of a "
                     "different size", "dtype": "passed a tensor of a different dtype"}[kinds[0]]
             return self.done(cls, odd, seq, majority[0],
-                             f"At collective #{seq} rank {_join(odd)} {what} than the "
-                             f"others ({_describe(groups)}), as TORCH_DISTRIBUTED_DEBUG=DETAIL's "
+                             f"At collective #{seq} rank {join(odd)} {what} than the "
+                             f"others ({describe(groups)}), as TORCH_DISTRIBUTED_DEBUG=DETAIL's "
                              f"collective check reports. Find the code path that differs on that "
                              f"rank at this call.")
         if missing:
@@ -228,7 +206,7 @@ class _Verdict:
             if by_trace is not None and by_trace.failure_class == "missing_collective":
                 return by_trace  # the traces say the same, with the position and the op
             return self.done("missing_collective", ranks, None, None,
-                             f"Rank {_join(ranks)} never reached the collective the others were "
+                             f"Rank {join(ranks)} never reached the collective the others were "
                              f"in (DETAIL's monitoredBarrier names it): it skipped a collective or "
                              f"is stuck elsewhere.")
         return None
@@ -249,15 +227,15 @@ class _Verdict:
         if d.reason == "fewer_calls":
             counts = {r: len(t) for r, t in f.traces.items()}
             return self.done("missing_collective", culprits, d.seq, op,
-                             f"The ranks issued different numbers of collectives ({_counts(counts)}, "
-                             f"from {src}): at #{d.seq} ({op}) rank {_join(d.fewer)} had nothing to "
-                             f"match. Rank {_join(culprits)} took a different path: a collective "
+                             f"The ranks issued different numbers of collectives ({per_rank_counts(counts)}, "
+                             f"from {src}): at #{d.seq} ({op}) rank {join(d.fewer)} had nothing to "
+                             f"match. Rank {join(culprits)} took a different path: a collective "
                              f"inside a rank-dependent branch, skipped or added on that rank.")
         cls = {"op": "op_mismatch", "count": "size_mismatch", "dtype": "dtype_mismatch"}[d.reason]
         what = {"op": "ops", "count": "element counts", "dtype": "dtypes"}[d.reason]
         return self.done(cls, culprits, d.seq, op,
                          f"At collective #{d.seq} the ranks disagree on {what} "
-                         f"({_describe(d.groups)}, from {src}); rank {_join(culprits)} is the odd "
+                         f"({describe(d.groups)}, from {src}); rank {join(culprits)} is the odd "
                          f"one out. Collectives must match on every rank: find what makes that "
                          f"rank's tensor (or call) different at this point.")
 
@@ -295,7 +273,7 @@ class _Verdict:
                 self.note(f.stacks[r].path if r in f.stacks else "console", "stacks",
                           f"rank {r} blocked in send")
             return self.done("p2p_deadlock", ranks, None, "send",
-                             f"Ranks {_join(ranks)} are all blocked sending, each to a peer that "
+                             f"Ranks {join(ranks)} are all blocked sending, each to a peer that "
                              f"is itself sending: nobody has posted the matching receive. Order "
                              f"the pairs (even ranks send first, odd ranks receive first) or use "
                              f"batch_isend_irecv.")
@@ -366,38 +344,6 @@ class _Verdict:
                              "TORCH_DISTRIBUTED_DEBUG=DETAIL.", confident=False)
         return self.done("no_failure", [], None, None,
                          "Every rank finished and no rank lagged the others: nothing to fix.")
-
-
-def _canon(dist_func: str) -> str:
-    return op_name(dist_func.replace("_into_tensor", "").replace("_tensor", "").replace("_single", ""))
-
-
-def _exit_text(code: int) -> str:
-    if code < 0:
-        try:
-            return f"was killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"was killed by signal {-code}"
-    return f"exited with code {code} without a Python exception"
-
-
-def _join(ranks) -> str:
-    ranks = sorted(ranks)
-    return ", ".join(map(str, ranks)) if ranks else "?"
-
-
-def _counts(counts: dict) -> str:
-    return ", ".join(f"rank {r}: {n}" for r, n in sorted(counts.items()))
-
-
-def _describe(groups: dict) -> str:
-    parts = []
-    for sig, ranks in groups.items():
-        if sig == ("none",):
-            parts.append(f"rank {_join(ranks)}: none")
-        else:
-            parts.append(f"rank {_join(ranks)}: " + " ".join(str(x) for x in sig if x is not None))
-    return "; ".join(parts)
 
 
 def decide(facts: Facts) -> Diagnosis:
