@@ -27,6 +27,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "bench"))  # bench/common.py: the work being timed
 
 TORCHRUN_SCRIPT = """
 import os, sys, torch, torch.distributed as dist
@@ -45,21 +46,12 @@ dist.destroy_process_group()
 
 COLD = """
 import sys
-sys.path.insert(0, {root!r})
+sys.path[:0] = [{root!r}, {root!r} + "/bench"]
 import dtlab
-from bench_launch_fn import trivial_all_reduce
+from common import trivial_all_reduce
 assert dtlab.run(trivial_all_reduce, nprocs={n}, backend={backend!r}).values == [{n}.0] * {n}
 """
 
-FN = """
-import torch, torch.distributed as dist
-import dtlab
-
-def trivial_all_reduce():
-    t = torch.ones(1, device=dtlab.device())
-    dist.all_reduce(t)
-    return t.item()
-"""
 
 
 def main() -> None:
@@ -81,12 +73,9 @@ def main() -> None:
     script = os.path.join(tmp, "s.py")
     with open(script, "w") as f:
         f.write(TORCHRUN_SCRIPT)
-    with open(os.path.join(tmp, "bench_launch_fn.py"), "w") as f:
-        f.write(FN)
-    sys.path.insert(0, tmp)
-    from bench_launch_fn import trivial_all_reduce
+    from common import trivial_all_reduce
 
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, tmp]))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.path.join(ROOT, "bench")]))
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                 f"--nproc_per_node={a.nprocs}", script, backend]
     cold = [sys.executable, "-c", COLD.format(root=ROOT, n=a.nprocs, backend=backend)]

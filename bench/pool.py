@@ -20,19 +20,9 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from common import trivial_all_reduce  # noqa: E402  (bench/common.py, beside this script)
 
 CELL = "t = torch.ones(1, device=device); dist.all_reduce(t); t.item()"
-
-
-def trivial_all_reduce():
-    import torch
-    import torch.distributed as dist
-
-    import dtlab
-
-    t = torch.ones(1, device=dtlab.device())
-    dist.all_reduce(t)
-    return t.item()
 
 
 def main() -> None:

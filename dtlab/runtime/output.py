@@ -144,7 +144,8 @@ class NullSink:
         pass
 
 
-def _in_notebook_kernel() -> bool:
+def in_notebook_kernel() -> bool:
+    """True inside a Jupyter kernel (where widgets and in-place displays work)."""
     try:
         from IPython import get_ipython
     except ImportError:
@@ -160,7 +161,7 @@ def choose_sink(mode: str | None = None):
         return NullSink()
     if mode == "auto":
         grading = bool(os.environ.get("NBGRADER_EXECUTION"))
-        mode = "panes" if _in_notebook_kernel() and not grading else "lines"
+        mode = "panes" if in_notebook_kernel() and not grading else "lines"
     if mode == "panes":
         try:
             return PanesSink()

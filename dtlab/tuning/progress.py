@@ -21,12 +21,9 @@ from typing import TextIO
 
 def in_notebook() -> bool:
     """True inside a Jupyter kernel (where a display can update in place)."""
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return False
-    ip = get_ipython()
-    return ip is not None and type(ip).__name__ == "ZMQInteractiveShell"
+    from ..runtime.output import in_notebook_kernel
+
+    return in_notebook_kernel()
 
 
 def _clock(seconds: float) -> str:
