@@ -76,10 +76,13 @@ def dump_own_trace(rank: int) -> str | None:
 
         if not dist.is_initialized():
             return None
+        # without Python stack traces: symbolising them imports torch._dynamo (2-4 s on a small
+        # CPU), long enough to change how a failing job unfolds; the ranks' own tracebacks and
+        # py-spy stacks say where each call came from
         if dist.get_backend() == "nccl" and hasattr(c10d, "_dump_nccl_trace"):
-            blob = c10d._dump_nccl_trace()
+            blob = c10d._dump_nccl_trace(True, False, False)
         elif hasattr(c10d, "_dump_fr_trace"):
-            blob = c10d._dump_fr_trace()
+            blob = c10d._dump_fr_trace(True, False, False)
         else:
             return None
         os.makedirs(fr_dir, exist_ok=True)

@@ -248,8 +248,9 @@ class _Verdict:
         for sig, ranks in d.groups.items():
             for r in ranks:
                 c = d.calls.get(r)
-                if c and c.site:
-                    site_groups[c.site] = sig
+                site = self.site_of(r) or (c.site if c else None)
+                if c and site:
+                    site_groups[site] = sig
         for r in self.f.ranks:
             if r in d.calls:
                 continue
