@@ -29,8 +29,12 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e ".[test]"
 	@touch $(STAMP)
 
+# JupyterLab on the student version of the course, in release/ (gitignored): the notebooks without
+# solutions or hidden tests. A notebook already in release/ is never overwritten -- it holds your
+# work; delete it (or run `dtlab course release --out release --force`) for a fresh copy.
 lab: $(STAMP)
-	cd notebooks && ../$(VENV)/bin/jupyter lab $(LAB_ARGS)
+	$(VENV)/bin/dtlab course release --out release
+	cd release && $(abspath $(VENV))/bin/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
 
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -1,6 +1,11 @@
 """``dtlab ...``: the library from a terminal. Each subcommand is a thin call into a module.
 
     dtlab doctor [--json] [--no-launch]     is this machine ready? (dtlab.doctor)
+    dtlab nccl-log FILE... [--json]         what NCCL logged, rank by rank (dtlab.nccl_log)
+    dtlab tune [--algo Ring,Tree] [--json]  busbw under a grid of NCCL settings (dtlab.tuning)
+    dtlab course release|validate|autograde|feedback|report   the nbgrader course (dtlab.course)
+    dtlab hang KIND [--nprocs N] [--backend B] [--out DIR]    reproduce a failure (dtlab.hang)
+    dtlab diagnose DIR [--json]             name the cause from the evidence (dtlab.hang)
 """
 
 from __future__ import annotations
@@ -15,6 +20,120 @@ def _doctor(args) -> int:
     return doctor.main(as_json=args.json, launch=not args.no_launch)
 
 
+def _nccl_log(args) -> int:
+    from .nccl_log import report
+
+    return report.main(args.files, as_json=args.json, comm=args.comm)
+
+
+def _bench(args) -> int:
+    import json
+
+    from . import bench
+
+    df = bench.sweep(args.op, args.minbytes, args.maxbytes, args.stepfactor, args.iters,
+                     args.warmup_iters, dtype=args.datatype, nprocs=args.nprocs,
+                     backend=args.backend, progress=not args.json, timeout=args.timeout)
+    if args.csv:
+        df.to_csv(args.csv, index=False)
+    if args.plot:
+        import matplotlib
+
+        matplotlib.use("Agg")  # a file, never a window
+        bench.plot(df).figure.savefig(args.plot, dpi=120, bbox_inches="tight")
+    reports = bench.to_reports(df)
+    print(json.dumps(reports, indent=1) if args.json else bench.render_text(reports))
+    wrong = any((r[g] or {}).get("wrong") for rep in reports for r in rep["rows"] for g in ("oop", "ip"))
+    return 2 if df.empty else 1 if wrong else 0
+
+
+def _nccl_tests(args) -> int:
+    import json
+
+    from .bench import parse_nccl_tests_all, summary_text
+
+    reports = []
+    try:
+        for path in args.files:
+            reports += parse_nccl_tests_all(path)
+    except ValueError as e:
+        print(f"dtlab nccl-tests: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(reports[0] if len(reports) == 1 else reports, indent=1))
+    else:
+        print("\n\n".join(summary_text(r) for r in reports))
+    return 0
+
+
+def _tune(args) -> int:
+    import json
+
+    from . import tuning
+
+    axes = {}
+    for dest, var in TUNE_AXES.items():
+        given = getattr(args, dest)
+        if given:  # "Ring,Tree" -> ["Ring", "Tree"]; "default" -> None (NCCL's own choice)
+            axes[var] = [None if v.strip().lower() == "default" else v.strip()
+                         for v in given.split(",") if v.strip()]
+    try:
+        settings = [s for name in (args.preset or "").split(",") if name.strip()
+                    for s in tuning.preset(name)]
+        if axes:
+            settings += tuning.grid(**axes)  # the cartesian product of the flags given
+        if not settings:
+            settings = tuning.preset("quick")  # default, Ring, Tree, LL, Simple
+        df = tuning.sweep(settings, op=args.op, min_bytes=args.minbytes,
+                          max_bytes=args.maxbytes, factor=args.stepfactor, iters=args.iters,
+                          warmup=args.warmup_iters, dtype=args.datatype, nprocs=args.nprocs,
+                          backend=args.backend, timeout=args.timeout, log_dir=args.log_dir,
+                          progress=True, progress_stream=sys.stderr if args.json else None)
+    except ValueError as e:  # bad settings or sizes (LaunchError is one too): nothing ran
+        print(f"dtlab tune: {e}", file=sys.stderr)
+        return 2
+    if args.csv:
+        df.to_csv(args.csv, index=False)
+    if args.plot and (df["status"] == "ok").any():
+        import matplotlib
+
+        matplotlib.use("Agg")  # a file, never a window
+        tuning.plot(df).figure.savefig(args.plot, dpi=120, bbox_inches="tight")
+    print(json.dumps(tuning.to_json(df), indent=1) if args.json else tuning.table(df))
+    ok = df[df["status"] == "ok"]
+    return 2 if ok.empty else 1 if (ok["wrong"].fillna(0) > 0).any() else 0
+
+
+# `dtlab tune` flag -> the NCCL variable it sweeps (comma lists; "default" = leave unset)
+TUNE_AXES = {"algo": "NCCL_ALGO", "proto": "NCCL_PROTO", "channels": "NCCL_MAX_NCHANNELS",
+             "min_channels": "NCCL_MIN_NCHANNELS", "p2p_disable": "NCCL_P2P_DISABLE",
+             "shm_disable": "NCCL_SHM_DISABLE", "buffsize": "NCCL_BUFFSIZE"}
+
+
+def _hang(args) -> int:
+    from .hang import reproduce
+    from .hang.diagnose import render
+
+    rep = reproduce(args.kind, nprocs=args.nprocs, backend=args.backend, timeout=args.timeout,
+                    out=args.out, detail=args.detail, delay=args.delay)
+    print(f"\n{args.kind}: {rep.outcome}" + (f" ({rep.error})" if rep.error else ""))
+    print(f"evidence: {rep.out}\n")
+    print(render(rep.diagnosis))
+    return 0
+
+
+def _diagnose(args) -> int:
+    from .hang.diagnose import main as diagnose_main
+
+    return diagnose_main(args.dir, as_json=args.json)
+
+
+def _course(args) -> int:
+    from .course import cli as course_cli
+
+    return course_cli.run(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="dtlab", description="Distributed-training lab: tools and course.")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
@@ -22,6 +141,93 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--json", action="store_true", help="machine-readable output")
     d.add_argument("--no-launch", action="store_true", help="skip the live 2-rank all_reduce")
     d.set_defaults(func=_doctor)
+    b = sub.add_parser("bench", help="nccl-tests-style busbw sweep of collectives (dtlab.bench)")
+    b.add_argument("--op", default="all_reduce",
+                   help="all_reduce, all_gather, reduce_scatter, broadcast, reduce, alltoall, "
+                        "sendrecv, a comma list, or all (default all_reduce)")
+    b.add_argument("-b", "--minbytes", default="8", help="smallest size, e.g. 8, 1K (default 8)")
+    b.add_argument("-e", "--maxbytes", default="128M", help="largest size, e.g. 1G (default 128M)")
+    b.add_argument("-f", "--stepfactor", type=int, default=2, help="size multiplier (default 2)")
+    b.add_argument("-n", "--iters", type=int, default=20, help="timed calls per size (default 20)")
+    b.add_argument("-w", "--warmup_iters", type=int, default=5, help="untimed calls first (default 5)")
+    b.add_argument("-d", "--datatype", default="float32", help="float32, bfloat16, float16, ...")
+    b.add_argument("--nprocs", type=int, default=None, help="ranks (default: GPUs, else 2)")
+    b.add_argument("--backend", default="auto", help="auto, nccl or gloo")
+    b.add_argument("--timeout", type=float, default=600, help="seconds before the run is a hang")
+    b.add_argument("--csv", metavar="FILE", help="also write the table as CSV")
+    b.add_argument("--plot", metavar="FILE.png", help="also draw busbw vs size")
+    b.add_argument("--json", action="store_true", help="machine-readable output")
+    b.set_defaults(func=_bench)
+    nt = sub.add_parser("nccl-tests", help="read nccl-tests output (all_reduce_perf & co.)")
+    nt.add_argument("files", nargs="+", metavar="FILE", help="nccl-tests text output")
+    nt.add_argument("--json", action="store_true", help="{header, rows, trailer} per run")
+    nt.set_defaults(func=_nccl_tests)
+    t = sub.add_parser("tune", help="busbw vs size under a grid of NCCL settings, each in "
+                       "fresh ranks, with NCCL's chosen algorithm/protocol/channels/transport "
+                       "(dtlab.tuning)")
+    t.add_argument("--op", default="all_reduce", help="collective(s) to time (default all_reduce)")
+    t.add_argument("-b", "--minbytes", default="1K", help="smallest size (default 1K)")
+    t.add_argument("-e", "--maxbytes", default="256M", help="largest size (default 256M)")
+    t.add_argument("-f", "--stepfactor", type=int, default=2, help="size multiplier (default 2)")
+    t.add_argument("-n", "--iters", type=int, default=20, help="timed calls per size (default 20)")
+    t.add_argument("-w", "--warmup_iters", type=int, default=5,
+                   help="untimed calls first (default 5)")
+    t.add_argument("-d", "--datatype", default="float32", help="float32, bfloat16, ...")
+    t.add_argument("--algo", help="NCCL_ALGO values, e.g. Ring,Tree (default = NCCL's choice)")
+    t.add_argument("--proto", help="NCCL_PROTO values, e.g. LL,LL128,Simple")
+    t.add_argument("--channels", help="NCCL_MAX_NCHANNELS values, e.g. 1,4,default")
+    t.add_argument("--min-channels", dest="min_channels", help="NCCL_MIN_NCHANNELS values")
+    t.add_argument("--p2p-disable", dest="p2p_disable", help="NCCL_P2P_DISABLE values: 0,1")
+    t.add_argument("--shm-disable", dest="shm_disable", help="NCCL_SHM_DISABLE values: 0,1")
+    t.add_argument("--buffsize", help="NCCL_BUFFSIZE values in bytes, e.g. 1M,4M")
+    t.add_argument("--preset", help="named settings or groups, e.g. transports,protocols "
+                   "(dtlab.tuning.PRESETS / GROUPS)")
+    t.add_argument("--nprocs", type=int, default=None, help="ranks (default: GPUs, else 2)")
+    t.add_argument("--backend", default="auto", help="auto, nccl or gloo")
+    t.add_argument("--timeout", type=float, default=300, help="seconds per setting before it "
+                   "counts as a hang")
+    t.add_argument("--log-dir", dest="log_dir", help="keep NCCL's logs here, one folder per "
+                   "setting (default: a temporary folder, removed)")
+    t.add_argument("--csv", metavar="FILE", help="also write every row as CSV")
+    t.add_argument("--plot", metavar="FILE.png", help="also draw busbw vs size per setting")
+    t.add_argument("--json", action="store_true", help="machine-readable output (progress "
+                   "goes to stderr)")
+    t.set_defaults(func=_tune)
+    n = sub.add_parser("nccl-log", help="read NCCL_DEBUG=INFO logs of all ranks: ranks, "
+                       "transports, channels, env, collectives, where ranks diverge")
+    n.add_argument("files", nargs="+", metavar="FILE", help="log files, or a folder of them, or "
+                   "captured torchrun output")
+    n.add_argument("--json", action="store_true", help="machine-readable output")
+    n.add_argument("--comm", default=None, help="communicator to report (key or commId; "
+                   "default: the world one)")
+    n.set_defaults(func=_nccl_log)
+    h = sub.add_parser("hang", help="reproduce a distributed failure on purpose and record the "
+                       "evidence every tool gives (dtlab.hang)")
+    from .hang.kinds import KINDS
+
+    h.add_argument("kind", choices=list(KINDS), metavar="KIND", help=", ".join(KINDS))
+    h.add_argument("--nprocs", type=int, default=3, help="ranks (default 3: the odd one out shows)")
+    h.add_argument("--backend", default="auto", help="auto, nccl or gloo")
+    h.add_argument("--timeout", type=float, default=30, help="seconds before dtlab stops the ranks")
+    h.add_argument("--out", default=None, help="evidence folder (new or empty; default: a temp dir)")
+    h.add_argument("--delay", type=float, default=1.0, help="the straggler's lag per step (s)")
+    dg = h.add_mutually_exclusive_group()
+    dg.add_argument("--detail", dest="detail", action="store_true", default="auto",
+                    help="always rerun with TORCH_DISTRIBUTED_DEBUG=DETAIL (default: only when "
+                         "the raw evidence leaves the diagnosis unsure)")
+    dg.add_argument("--no-detail", dest="detail", action="store_false")
+    h.set_defaults(func=_hang)
+    dgn = sub.add_parser("diagnose", help="name the cause of a hang or crash from an evidence "
+                         "folder (NCCL logs, Flight Recorder, py-spy, console output)")
+    dgn.add_argument("dir", help="the folder to read (any mix of evidence files)")
+    dgn.add_argument("--json", action="store_true", help="machine-readable verdict")
+    dgn.set_defaults(func=_diagnose)
+    c = sub.add_parser("course", help="the nbgrader course: release, validate, autograde, "
+                       "feedback, report (dtlab.course)")
+    from .course.cli import add_arguments as add_course_arguments
+
+    add_course_arguments(c)
+    c.set_defaults(func=_course)
     return p
 
 

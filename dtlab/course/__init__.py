@@ -1,0 +1,26 @@
+"""The course as an nbgrader course: instructor operations, and helpers graded cells call.
+
+Instructor (same as ``dtlab course release|validate|autograde|feedback|report``)::
+
+    from dtlab import course
+    course.release(out="release")        # student notebooks, solutions and hidden tests stripped
+    course.validate()                    # source passes every test, release fails them
+    course.autograde("inbox")            # inbox/<student>/<assignment>/<assignment>.ipynb
+    course.report(csv="grades.csv")      # pandas DataFrame of scores
+
+In a notebook::
+
+    course.run_graded(fn, nprocs=2)      # dtlab.run on gloo under nbgrader, quiet, bounded
+    course.recorded("h200x2-nccl-tests/nt_all_reduce.txt")   # real GPU data, labelled as such
+
+Importing this package is cheap (no nbgrader, no pandas) so notebooks can use it freely.
+"""
+
+from .api import Graded, Released, Validation, autograde, feedback, release, report, validate
+from .graded import backend, grading, run_graded
+from .layout import CourseError, assignment_ids, course_root
+from .recorded import Recorded, recorded
+
+__all__ = ["release", "validate", "autograde", "feedback", "report", "Released", "Validation",
+           "Graded", "CourseError", "assignment_ids", "course_root", "run_graded", "backend",
+           "grading", "recorded", "Recorded"]

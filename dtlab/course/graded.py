@@ -1,0 +1,82 @@
+"""What graded cells call: the same launch in JupyterLab, under ``nbgrader``, and in CI.
+
+A graded test cell launches the learner's rank function and checks what came back::
+
+    from dtlab import course
+    res = course.run_graded(gather_pids, nprocs=2)
+    assert res.values[0] == [res[0].pid, res[1].pid]
+
+Under nbgrader (``NBGRADER_EXECUTION`` is set by ``nbgrader autograde`` / ``validate``) or on a
+machine without enough GPUs the ranks run on gloo and the CPU, so every grader computes the
+same answer key whatever hardware it has. GPU-only observations come from recorded real data
+(:func:`dtlab.course.recorded`), never from skipping a check.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from typing import Any, Callable
+
+# A rank function under test normally finishes in 2-3 s here; a hung one must fail its own test
+# (dtlab.HangError, with stacks) well inside the grader's per-cell limit (30 s, see
+# grading/nbgrader_config.py), which is there for code that never returns at all.
+GRADED_RUN_TIMEOUT = 20.0
+
+
+def grading() -> bool:
+    """True while nbgrader executes the notebook (autograde or validate).
+
+    >>> from dtlab import course
+    >>> course.grading()          # in JupyterLab or a terminal; True inside nbgrader
+    False
+    """
+    return bool(os.environ.get("NBGRADER_EXECUTION"))
+
+
+def backend(nprocs: int | None = None) -> str:
+    """The backend graded cells use: ``"gloo"`` under nbgrader or without ``nprocs`` GPUs, else
+    ``"auto"`` (NCCL, one GPU per rank).
+
+    >>> from dtlab import course
+    >>> course.backend(nprocs=1024)
+    'gloo'
+    """
+    if grading():
+        return "gloo"
+    from ..runtime.plan import gpu_count
+
+    return "auto" if gpu_count() >= (nprocs or 1) else "gloo"
+
+
+def run_graded(fn: Callable[..., Any], *args, nprocs: int = 2,
+               timeout: float = GRADED_RUN_TIMEOUT, **kwargs):
+    """``dtlab.run`` as a graded test cell needs it: the course backend, a bounded timeout, and
+    nothing on stderr.
+
+    nbgrader scores a test cell that writes anything to stderr as failed, whatever its asserts
+    say. So rank output (a gloo warning, a learner's debug print to stderr) is not relayed at
+    all, and what the launcher itself says on stderr in this process (a note about the backend,
+    a diagnostic) goes to stdout instead. Nothing is lost: every rank's stdout/stderr is in the
+    returned results, and a failure still raises :class:`dtlab.RankError` /
+    :class:`dtlab.HangError` with the tracebacks.
+
+    >>> import os
+    >>> from dtlab import course
+    >>> res = course.run_graded(os.getpid, nprocs=2)     # doctest: +SKIP
+    >>> res.values == [res[0].pid, res[1].pid]          # doctest: +SKIP
+    True
+    """
+    from ..runtime.launch import run
+
+    previous = os.environ.get("DTLAB_OUTPUT")
+    os.environ["DTLAB_OUTPUT"] = "none"
+    try:
+        with contextlib.redirect_stderr(sys.stdout):
+            return run(fn, *args, nprocs=nprocs, backend=backend(nprocs), timeout=timeout, **kwargs)
+    finally:
+        if previous is None:
+            os.environ.pop("DTLAB_OUTPUT", None)
+        else:
+            os.environ["DTLAB_OUTPUT"] = previous
