@@ -44,11 +44,13 @@ def fr_env(backend: str, fr_dir: str, user_env: dict[str, str]) -> dict[str, str
             env[key] = value
 
     if backend == "nccl":
-        # torch >= 2.7 reads TORCH_FR_BUFFER_SIZE for NCCL too and warns about the old name
-        default("TORCH_FR_BUFFER_SIZE" if _torch_at_least(2, 7) else "TORCH_NCCL_TRACE_BUFFER_SIZE",
-                FR_SIZE)
+        # torch 2.11 (seen on the H200s) reads the TORCH_FR_* names and warns about the
+        # TORCH_NCCL_* ones; the old names still work as aliases, so older torch gets those
+        new = _torch_at_least(2, 11)
+        default("TORCH_FR_BUFFER_SIZE" if new else "TORCH_NCCL_TRACE_BUFFER_SIZE", FR_SIZE)
         default("TORCH_NCCL_DUMP_ON_TIMEOUT", "1")
-        default("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", os.path.join(fr_dir, FR_PREFIX))
+        default("TORCH_FR_DUMP_TEMP_FILE" if new else "TORCH_NCCL_DEBUG_INFO_TEMP_FILE",
+                os.path.join(fr_dir, FR_PREFIX))
         default("TORCH_NCCL_DEBUG_INFO_PIPE_FILE", os.path.join(fr_dir, "pipe_"))
     else:
         default("TORCH_FR_BUFFER_SIZE", FR_SIZE)
