@@ -48,31 +48,10 @@ def run_setting(cfg: dict, fail: str | None = None) -> dict | None:
 
     if fail and dist.get_rank() == dist.get_world_size() - 1:
         raise RuntimeError(fail)
-    if dist.get_backend() != "nccl":
-        return run_sweep(cfg)
-    with _objects_over_gloo():
-        return run_sweep(cfg)
-
-
-@contextlib.contextmanager
-def _objects_over_gloo():
-    """run_sweep gathers each rank's device name with ``all_gather_object`` -- on NCCL an
-    AllGather of bytes. Under a setting that leaves AllGather no algorithm (NCCL_ALGO=Tree:
-    "no algorithm/protocol available", data/h200x2-nccl-logs/tree_ll) that bookkeeping would
-    fail a sweep of all_reduce. In this rank process only, send it through a gloo group, so NCCL
-    runs just the measured collective and the all-reduces that time and check it."""
-    import functools
-
-    import torch.distributed as dist
-
-    group = dist.new_group(backend="gloo")
-    original = dist.all_gather_object
-    dist.all_gather_object = functools.partial(original, group=group)
-    try:
-        yield
-    finally:
-        dist.all_gather_object = original
-        dist.destroy_process_group(group)
+    # run_sweep exchanges device names through the store, not an NCCL collective, so a setting
+    # that leaves some collective no algorithm (NCCL_ALGO=Tree has none for AllGather,
+    # data/h200x2-nccl-logs/tree_ll) still measures the all_reduce it was asked for
+    return run_sweep(cfg)
 
 
 @contextlib.contextmanager

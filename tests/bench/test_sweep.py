@@ -172,3 +172,25 @@ def test_unsupported_errors_are_told_apart_from_failures():
 def test_env_cannot_reach_a_pools_running_ranks():
     with pytest.raises(ValueError, match="fresh ranks"):
         sweep("all_reduce", 8, 64, pool=object(), env={"NCCL_PROTO": "Simple"}, progress=False)
+
+
+@pytest.mark.usefixtures("no_orphans")
+def test_sweep_bookkeeping_uses_no_collective():
+    """Device names travel through the store: a setting that breaks some NCCL collective
+    (NCCL_ALGO=Tree has no AllGather) cannot fail the sweep before it measures anything."""
+    from dtlab.bench.engine import make_config
+
+    def rank_fn(cfg):
+        import torch.distributed as dist
+
+        from dtlab.bench.timing import run_sweep
+
+        def refuse(*a, **k):
+            raise AssertionError("the sweep used an object collective for bookkeeping")
+
+        dist.all_gather_object = dist.broadcast_object_list = refuse
+        return run_sweep(cfg)
+
+    cfg = make_config("all_reduce", 64, 64, iters=1, warmup=0, progress=False)
+    out = dtlab.run(rank_fn, cfg, nprocs=2, backend="gloo", timeout=60).values[0]
+    assert [d["rank"] for d in out["devices"]] == [0, 1] and out["rows"][0]["ip"]["wrong"] == 0

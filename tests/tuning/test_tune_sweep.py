@@ -63,31 +63,6 @@ def test_a_failing_setting_is_a_row_and_the_sweep_goes_on(capsys):
 
 
 @pytest.mark.usefixtures("no_orphans")
-def test_bookkeeping_over_gloo_keeps_the_timed_loop_intact():
-    # on NCCL the rank routes run_sweep's all_gather_object through a gloo group (so that
-    # NCCL_ALGO=Tree cannot fail it); check the mechanism itself on gloo ranks
-    from dtlab.bench.engine import make_config
-
-    def rank_fn(cfg):
-        import torch.distributed as dist
-
-        from dtlab.bench.timing import run_sweep
-        from dtlab.tuning.runner import _objects_over_gloo
-
-        original = dist.all_gather_object
-        with _objects_over_gloo():
-            patched = dist.all_gather_object is not original
-            out = run_sweep(cfg)
-        return patched, dist.all_gather_object is original, out
-
-    cfg = make_config("all_reduce", 64, 64, iters=1, warmup=0, progress=False)
-    (patched, restored, out), _ = dtlab.run(rank_fn, cfg, nprocs=2, backend="gloo",
-                                            timeout=60).values
-    assert patched and restored
-    assert [d["rank"] for d in out["devices"]] == [0, 1] and out["rows"][0]["ip"]["wrong"] == 0
-
-
-@pytest.mark.usefixtures("no_orphans")
 def test_cli_tune_json_csv_plot(tmp_path, capsys):
     csv, png = tmp_path / "t.csv", tmp_path / "t.png"
     rc = main(["tune", "--proto", "LL,default", "-b", "1K", "-e", "2K", "-n", "2", "-w", "0",
