@@ -8,7 +8,6 @@ import json
 import pandas as pd
 import pytest
 
-import dtlab
 import dtlab.tuning as tuning
 from dtlab.cli import main
 
