@@ -36,3 +36,17 @@ def test_recorded_gpu_evidence(kind, tmp_path):
         (KINDS[kind].failure_class, culprits, seq), d.summary
     if kind in ("size_mismatch", "dtype_mismatch", "op_mismatch", "skipped_collective"):
         assert any(e["kind"] in ("flight_recorder", "nccl_log") for e in d.evidence)
+
+
+@pytest.mark.parametrize("kind, reason", [("size_mismatch", "count"), ("dtype_mismatch", "dtype"),
+                                          ("op_mismatch", "op")])
+def test_torch_flight_recorder_analyzer_agrees(kind, reason):
+    from dtlab.hang.diagnose.facts import gather
+    from dtlab.hang.diagnose.load import load
+    from dtlab.hang.diagnose.traces import first_divergence, torch_match
+
+    d = first_divergence(gather(load(os.path.join(ROOT, kind))).traces)
+    calls = [c for c in d.calls.values() if c is not None]
+    assert all(c.entry is not None for c in calls)  # both sides are Flight Recorder entries
+    assert (d.reason, d.seq) == (reason, 3)
+    assert torch_match(calls, 2) == reason

@@ -15,9 +15,11 @@ A small pipeline of passes, each tested on its own (nbgrader-style):
 >>> d.failure_class, d.culprit_ranks, d.collective_seq   # doctest: +SKIP
 ('size_mismatch', [0, 1], 3)
 
-Where torch's own Flight Recorder analyzer applies (complete NCCL dumps of every rank) its
-matching agrees with step 3; dtlab also reads gloo dumps, mixes other evidence in, and copes
-with ranks that left no dump because they had already died.
+Step 3 builds on torch's own Flight Recorder analyzer where it applies: when the calls that
+disagree are Flight Recorder entries, the kind of mismatch is the one torch's ``Op.match``
+reports (``torch.distributed.flight_recorder``). dtlab adds what that analyzer lacks: NCCL's COLL
+lines and gloo's dumps as sequences too, evidence of other kinds (stacks, console messages,
+exit codes), and ranks that left no dump because they had already died.
 """
 
 from __future__ import annotations

@@ -12,13 +12,14 @@ Point-to-point calls (send/recv) are kept apart: they are paired, not matched ac
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 # op names as torch (FR profiling names, DETAIL OpType) and NCCL spell them -> one spelling
 _OPS = {
     "allreduce": "all_reduce", "all_reduce": "all_reduce",
     "allgather": "all_gather", "all_gather": "all_gather", "_allgather_base": "all_gather",
     "allgather_into_tensor_coalesced": "all_gather", "all_gather_into_tensor": "all_gather",
+    "_all_gather_base": "all_gather", "_reduce_scatter_tensor_base": "reduce_scatter",
     "reducescatter": "reduce_scatter", "reduce_scatter": "reduce_scatter",
     "_reduce_scatter_base": "reduce_scatter", "reduce_scatter_tensor": "reduce_scatter",
     "broadcast": "broadcast", "reduce": "reduce", "alltoall": "all_to_all",
@@ -55,6 +56,7 @@ class Call:
     completed: bool | None = None
     site: str | None = None
     time_ns: int | None = None
+    entry: dict | None = field(default=None, repr=False, compare=False)  # the raw FR entry
 
     @property
     def p2p(self) -> bool:
@@ -128,7 +130,7 @@ def from_flight_recorder(dump: dict) -> list[Call]:
             count=_numel(e.get("input_sizes")),
             dtype=dtype_name((e.get("input_dtypes") or [None])[0]),
             completed=(state == "completed") if state in ("completed", "started") else None,
-            site=site, time_ns=e.get("time_created_ns")))
+            site=site, time_ns=e.get("time_created_ns"), entry=e))
     calls.sort(key=lambda c: c.seq)
     return calls
 
@@ -172,6 +174,7 @@ def first_divergence(traces: dict[int, list[Call]]) -> Divergence | None:
             ops = {c.op for c in present.values()}
             counts = {c.count for c in present.values()}
             reason = "op" if len(ops) > 1 else "count" if len(counts) > 1 else "dtype"
+            reason = torch_match(list(present.values()), len(traces)) or reason
         groups: dict[tuple, list[int]] = {}
         for r, s in sigs.items():
             groups.setdefault(s if s is not None else ("none",), []).append(r)
@@ -195,3 +198,32 @@ def odd_one_out(groups: dict) -> list[int]:
     if len(groups) > 2 and sizes[len(largest)] == 1 and len(largest) > sum(map(len, ordered[:-1])):
         return sorted(r for g in ordered[:-1] for r in g)
     return []
+
+
+# torch's Flight Recorder analyzer (torch.distributed.flight_recorder) compares two ranks'
+# entries with Op.match; where both sides are Flight Recorder entries it names the mismatch
+_TORCH_STATES = {"COLLECTIVE_TYPE_MISMATCH": "op", "SIZE_OR_SYNTAX_MISMATCH": "count",
+                 "COLLECTIVE_DTYPE_MISMATCH": "dtype"}
+
+
+def torch_match(calls: list[Call], world: int) -> str | None:
+    """The kind of mismatch torch's own analyzer sees between the first call and each other
+    one (None if it cannot say: entries not from Flight Recorder, an analyzer this torch lacks,
+    an op name it does not know)."""
+    if any(c.entry is None for c in calls):
+        return None
+    try:
+        from torch.distributed.flight_recorder.components.types import Op
+    except ImportError:
+        return None
+    members = {"0": set(range(world))}
+    try:
+        ops = [Op(c.entry, members, "0") for c in calls]
+    except (AssertionError, KeyError, ValueError):
+        return None
+    for other in ops[1:]:
+        state = getattr(ops[0].match(other), "state", None)
+        name = getattr(state, "name", "")
+        if name in _TORCH_STATES:
+            return _TORCH_STATES[name]
+    return None
