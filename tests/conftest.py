@@ -56,6 +56,18 @@ def no_orphans():
     assert_no_descendants(ignore=before)
 
 
+@pytest.fixture
+def sigint_raises():
+    """SIGINT -> KeyboardInterrupt in this process, as in a terminal or a kernel, even when the
+    test run itself was started with SIGINT ignored (a background job of a non-interactive
+    shell, where Python then installs no handler)."""
+    import signal
+
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, old)
+
+
 @pytest.fixture(autouse=True)
 def _plain_output(monkeypatch):
     # tests read rank output from results; keep the parent's streams to labelled lines

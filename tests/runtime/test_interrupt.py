@@ -28,7 +28,7 @@ def wait_for_ranks(marker_dir, n, timeout=60.0):
     raise AssertionError(f"ranks did not start: {os.listdir(marker_dir)}")
 
 
-def test_keyboard_interrupt_in_the_parent_stops_every_rank(tmp_path):
+def test_keyboard_interrupt_in_the_parent_stops_every_rank(tmp_path, sigint_raises):
     pids = []
 
     def interrupt_when_ready():
@@ -44,7 +44,8 @@ def test_keyboard_interrupt_in_the_parent_stops_every_rank(tmp_path):
 
 
 SCRIPT = textwrap.dedent("""
-    import sys
+    import signal, sys
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # even if our parent ignores SIGINT
     sys.path.insert(0, {here!r})
     import dtlab
     from rank_fns import report_then_block

@@ -105,7 +105,7 @@ def test_dead_rank_breaks_the_pool_until_restart(pool):
     assert pool.exec("rank + 1").values == [1, 2]
 
 
-def test_interrupt_stops_the_cell_and_keeps_the_namespace(pool):
+def test_interrupt_stops_the_cell_and_keeps_the_namespace(pool, sigint_raises):
     pool.exec("kept = 'still here'")
     timer = threading.Timer(1.5, os.kill, (os.getpid(), signal.SIGINT))
     timer.start()
@@ -117,7 +117,7 @@ def test_interrupt_stops_the_cell_and_keeps_the_namespace(pool):
     assert pool.exec("kept").values == ["still here"] * 2
 
 
-def test_interrupt_of_a_blocked_collective_restarts(pool):
+def test_interrupt_of_a_blocked_collective_restarts(pool, sigint_raises):
     timer = threading.Timer(1.5, os.kill, (os.getpid(), signal.SIGINT))
     timer.start()
     with pytest.raises(KeyboardInterrupt):
