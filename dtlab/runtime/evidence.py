@@ -98,6 +98,19 @@ def dump_own_trace(rank: int) -> str | None:
         return None
 
 
+def examine_stuck(pids: dict[int, int], run_dir: str, backend: str) -> tuple[str, dict[int, str]]:
+    """Look at ranks that are stuck, without stopping them: every rank's Python stack (py-spy,
+    else the faulthandler dump each dtlab rank arms, ``DTLAB_STACKS`` to choose) and, on NCCL, a
+    Flight Recorder dump through the pipes. Returns (method, {rank: stack text})."""
+    from .stacks import capture
+
+    method, stacks = capture(pids, {r: os.path.join(run_dir, f"stacks-{r}.txt") for r in pids},
+                             prefer=os.environ.get("DTLAB_STACKS", "auto"))
+    if backend == "nccl":
+        request_nccl_dumps(os.path.join(run_dir, "fr"), list(pids))
+    return method, stacks
+
+
 def request_nccl_dumps(fr_dir: str, ranks: list[int], wait: float = 5.0) -> list[str]:
     """Ask NCCL ranks for a Flight Recorder dump through their named pipes; return new dumps."""
     asked = []

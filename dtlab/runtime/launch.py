@@ -28,7 +28,6 @@ from . import evidence, output, plan as _plan
 from .errors import Failure, HangError, RankError, exit_summary
 from .procs import RankProcs
 from .results import RankResult, Results
-from .stacks import capture
 
 TICK = 0.02  # seconds between looks at the ranks
 FAILURE_GRACE = 1.5  # after a first failure, how long the others get to report theirs
@@ -154,13 +153,8 @@ class _Supervisor:
 
     def _stacks(self, ranks: list[int], when: str) -> None:
         pids = self.procs.pids
-        method, stacks = capture({r: pids[r] for r in ranks},
-                                 {r: os.path.join(self.run_dir, f"stacks-{r}.txt") for r in ranks},
-                                 prefer=os.environ.get("DTLAB_STACKS", "auto"))
-        self.stacks[when] = stacks
-        self.stack_method = method
-        if self.plan.backend == "nccl":
-            evidence.request_nccl_dumps(os.path.join(self.run_dir, "fr"), ranks)
+        self.stack_method, self.stacks[when] = evidence.examine_stuck(
+            {r: pids[r] for r in ranks}, self.run_dir, self.plan.backend)
 
     def watch(self) -> str:
         """Run until every rank is done, a failure settles, or the timeout: returns which."""

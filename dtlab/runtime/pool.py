@@ -40,7 +40,6 @@ from .launch import FAILURE_GRACE, host_store, make_run_dir, read_failure
 from .payload import dumps, dumps_checked, pack_call, parent_context, source_lines_for
 from .procs import RankProcs
 from .results import RankResult, Results
-from .stacks import capture
 
 TICK = 0.05  # longest sleep between looks at dead ranks and output; replies wake us at once
 _POOLS: "weakref.WeakSet[Pool]" = weakref.WeakSet()
@@ -253,17 +252,9 @@ class Pool:
         first_fail = None
         try:
             while outcome == "done" and len(replies) < len(targets):
-                waiting = {self._conns[r]: r for r in targets if r not in replies}
-                for conn in wait_conns(list(waiting), timeout=TICK):
-                    try:
-                        msg = conn.recv()
-                    except (EOFError, OSError):
-                        continue  # the process is dying; poll() below reports it
-                    r = waiting[conn]
-                    replies[r] = msg
-                    self._offsets[r] = msg[5]
-                    if not msg[2] and first_fail is None:
-                        first_fail = time.monotonic()
+                new = self._take_replies(targets, replies)
+                if first_fail is None and any(not replies[r][2] for r in new):
+                    first_fail = time.monotonic()
                 pump.pump()
                 if any(procs.poll()[r] is not None for r in range(self.nprocs)):
                     outcome = "died"
@@ -277,7 +268,7 @@ class Pool:
                     break
         except KeyboardInterrupt:
             busy = [r for r in targets if r not in replies]
-            self._interrupt(busy, replies, cid)
+            self._interrupt(busy, replies)
             pump.pump()
             pump.close()
             left = [r for r in busy if r not in replies]
@@ -294,13 +285,13 @@ class Pool:
         self._mark_idle(targets)
         pump.pump(until={r: replies[r][5] for r in replies})
         pump.close()
-        return self._conclude(outcome, what, targets, replies, starts, timeout, cid, t0)
+        return self._conclude(outcome, what, targets, replies, starts, timeout, t0)
 
     def _mark_idle(self, targets):
         for r in targets:
             self._info[r]["busy"] = False
 
-    def _interrupt(self, busy: list[int], replies: dict, cid: str, wait: float = 3.0) -> None:
+    def _interrupt(self, busy: list[int], replies: dict, wait: float = 3.0) -> None:
         """SIGINT the busy ranks; collect the replies of those that come back."""
         for r in busy:
             try:
@@ -309,16 +300,25 @@ class Pool:
                 pass
         end = time.monotonic() + wait
         while time.monotonic() < end and any(r not in replies for r in busy):
-            waiting = {self._conns[r]: r for r in busy if r not in replies}
-            for conn in wait_conns(list(waiting), timeout=TICK):
-                try:
-                    msg = conn.recv()
-                except (EOFError, OSError):
-                    continue
-                replies[waiting[conn]] = msg
-                self._offsets[waiting[conn]] = msg[5]
+            self._take_replies(busy, replies)
 
-    def _conclude(self, outcome, what, targets, replies, starts, timeout, cid, t0) -> Results:
+    def _take_replies(self, ranks: list[int], replies: dict) -> list[int]:
+        """Wait up to one tick for answers from ``ranks`` still owing one; record each (and
+        where its output ends). Returns the ranks that answered."""
+        waiting = {self._conns[r]: r for r in ranks if r not in replies}
+        got = []
+        for conn in wait_conns(list(waiting), timeout=TICK):
+            try:
+                msg = conn.recv()
+            except (EOFError, OSError):
+                continue  # the process is dying; poll() reports it
+            r = waiting[conn]
+            replies[r] = msg
+            self._offsets[r] = msg[5]
+            got.append(r)
+        return got
+
+    def _conclude(self, outcome, what, targets, replies, starts, timeout, t0) -> Results:
         procs = self._procs
         ranks = []
         failures = []
@@ -357,7 +357,7 @@ class Pool:
             err.args = (err.args[0] + f"\nThe pool is broken ({self.broken}): call pool.restart().",)
             raise err
         if outcome == "stuck":
-            self._interrupt(busy, {}, cid, wait=0.0)
+            self._interrupt(busy, {}, wait=0.0)
             self.restart()
             err = RankError(failures, results, stopped=busy, where=what)
             err.args = (err.args[0] + f"\nRank(s) {', '.join(map(str, busy))} did not finish "
@@ -366,18 +366,14 @@ class Pool:
             raise err
         # hang: the stacks (and NCCL's Flight Recorder) of the stuck ranks, then a diagnosis,
         # all before the restart wipes the ranks and their folder
-        method, stacks = capture({r: self._info[r]["pid"] for r in busy},
-                                 {r: os.path.join(self._run_dir, f"stacks-{r}.txt") for r in busy},
-                                 prefer=os.environ.get("DTLAB_STACKS", "auto"))
-        fr_dir = os.path.join(self._run_dir, "fr")
-        if self.backend == "nccl":
-            evidence.request_nccl_dumps(fr_dir, busy)
+        method, stacks = evidence.examine_stuck({r: self._info[r]["pid"] for r in busy},
+                                                self._run_dir, self.backend)
         err = HangError(timeout, stacks, results, method=method, where=what,
                         finished=[r for r in targets if r in replies])
         out = evidence.write_evidence(os.path.join(self._run_dir, "evidence"), results, {
             "backend": self.backend, "nprocs": self.nprocs, "timeout_s": timeout,
             "outcome": "hang", "error": "HangError", "stopped_by_dtlab": busy,
-            "stack_method": method}, {"timeout": stacks}, fr_dir)
+            "stack_method": method}, {"timeout": stacks}, os.path.join(self._run_dir, "fr"))
         evidence.attach_diagnosis(err, out)
         self.restart()
         err.args = (err.args[0] + "\nThe pool restarted itself: fresh ranks, namespaces reset.",)
