@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass
 
 from . import codes
-from .tuning import TABLE_RECOGNIZERS
+from .tuning import TABLE_RECOGNIZERS, first_match
 
 
 @dataclass(frozen=True)
@@ -275,8 +275,4 @@ RECOGNIZERS = [
 
 def classify(msg: str) -> tuple[str, dict] | None:
     """(kind, fields) for the first recogniser that knows this message; None for the rest."""
-    for kind, recognise in RECOGNIZERS:
-        fields = recognise(msg)
-        if fields:
-            return kind, fields
-    return None
+    return first_match(RECOGNIZERS, msg)

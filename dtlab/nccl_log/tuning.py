@@ -90,12 +90,17 @@ TABLE_RECOGNIZERS = [("tuning_header", wide_header), ("tuning_algorithms", algor
 TABLE_KINDS = {kind for kind, _ in TABLE_RECOGNIZERS}
 
 
-def classify_table_line(msg: str) -> tuple[str, dict] | None:
-    for kind, recognise in TABLE_RECOGNIZERS:
+def first_match(recognizers, msg: str) -> tuple[str, dict] | None:
+    """(kind, fields) of the first recogniser in ``recognizers`` that knows ``msg``."""
+    for kind, recognise in recognizers:
         fields = recognise(msg)
         if fields:
             return kind, fields
     return None
+
+
+def classify_table_line(msg: str) -> tuple[str, dict] | None:
+    return first_match(TABLE_RECOGNIZERS, msg)
 
 
 class TableBuilder:
