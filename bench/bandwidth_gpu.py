@@ -5,7 +5,7 @@ On a machine with 2+ GPUs (one rank per GPU, NCCL, CUDA-event timing), from the 
     PYTHONPATH=. python3 bench/bandwidth_gpu.py --out bandwidth_gpu.txt
 
 runs :func:`dtlab.bench.sweep` over all_reduce, all_gather, reduce_scatter, broadcast, reduce,
-alltoall and sendrecv from 8 B to 1 GiB (x2), 5 warmup + 20 timed calls per size and column,
+all_to_all and sendrecv from 8 B to 1 GiB (x2), 5 warmup + 20 timed calls per size and column,
 with the ``#wrong`` check, in one launch (about a minute on 2 H200s), and writes
 
 * ``OUT``      -- the machine, a busbw table (size x collective), the ratio to the recorded

@@ -143,7 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.set_defaults(func=_doctor)
     b = sub.add_parser("bench", help="nccl-tests-style busbw sweep of collectives (dtlab.bench)")
     b.add_argument("--op", default="all_reduce",
-                   help="all_reduce, all_gather, reduce_scatter, broadcast, reduce, alltoall, "
+                   help="all_reduce, all_gather, reduce_scatter, broadcast, reduce, all_to_all, "
                         "sendrecv, a comma list, or all (default all_reduce)")
     b.add_argument("-b", "--minbytes", default="8", help="smallest size, e.g. 8, 1K (default 8)")
     b.add_argument("-e", "--maxbytes", default="128M", help="largest size, e.g. 1G (default 128M)")

@@ -11,7 +11,7 @@ Which columns are N/A (NaN), and why:
 
 * ``oop_*`` of all_reduce, broadcast and reduce: torch's APIs for them work in place only (one
   tensor is both input and output), which is nccl-tests' in-place column;
-* ``ip_wrong`` of alltoall and sendrecv: in place, send and receive buffers are one buffer and
+* ``ip_wrong`` of all_to_all and sendrecv: in place, send and receive buffers are one buffer and
   the result is undefined, so nccl-tests prints N/A there and so do we (both are still timed);
 * a column the backend cannot run (``df.attrs["unsupported"]`` says which, and the error).
 
@@ -31,7 +31,8 @@ import os
 import time
 from typing import TYPE_CHECKING, Any, Sequence
 
-from .formulas import NCCL_TYPE_NAMES, OPS, canonical_op, format_size, sweep_sizes
+from ..vocab import check_dtype, op_name
+from .formulas import OPS, canonical_op, format_size, sweep_sizes
 from .nccl_tests import parse_nccl_tests_all
 from .report import render_report, summarize
 
@@ -43,8 +44,9 @@ FRAME_COLUMNS = ["op", "nranks", "backend", "tool", "size", "count", "type", "re
                  "ip_time_us", "ip_algbw", "ip_busbw", "ip_wrong"]
 _VALUES = ("time_us", "algbw", "busbw", "wrong")
 _COLUMN_NAMES = {"oop": "out-of-place", "ip": "in-place"}
-_DTYPE_ALIASES = {"float": "float32", "fp32": "float32", "half": "float16", "fp16": "float16",
-                  "bf16": "bfloat16", "double": "float64", "fp64": "float64"}
+# the dtypes a sweep runs (names: dtlab.vocab): the ones every backend can sum; torch lacks
+# reductions of uint32/uint64 and of the float8 types
+SWEEP_DTYPES = ("float32", "float16", "bfloat16", "float64", "int8", "uint8", "int32", "int64")
 
 
 def resolve_ops(op: str | Sequence[str]) -> list[str]:
@@ -60,13 +62,9 @@ def resolve_ops(op: str | Sequence[str]) -> list[str]:
 
 
 def resolve_dtype(dtype: Any) -> str:
-    """torch.float32, 'float32', 'float' (nccl-tests' name), 'bf16' ... -> 'float32' etc."""
-    name = str(dtype).removeprefix("torch.").lower()
-    name = _DTYPE_ALIASES.get(name, name)
-    if name not in NCCL_TYPE_NAMES:
-        raise ValueError(f"dtype={dtype!r} is not one the sweep supports; use one of "
-                         f"{', '.join(NCCL_TYPE_NAMES)} (e.g. torch.float32 or 'bfloat16').")
-    return name
+    """torch.float32, 'float32', 'float' (nccl-tests' name), 'bf16' ... -> 'float32' etc.;
+    ValueError naming :data:`SWEEP_DTYPES` for anything else."""
+    return check_dtype(dtype, SWEEP_DTYPES)
 
 
 def _count(name: str, value, low: int) -> int:
@@ -188,11 +186,17 @@ def rows_to_frame(rows: list[dict], *, nranks: int | None, backend: str | None, 
 def to_frame(data) -> "pandas.DataFrame":
     """A DataFrame from nccl-tests output (path or text), a report, or a list of reports --
     the same columns :func:`sweep` returns, with ``tool == "nccl-tests"``, so the two sit side
-    by side in one table or plot."""
+    by side in one table or plot. A DataFrame (or a ``.csv`` path) of a saved sweep comes back
+    with its ``op`` column in today's names: a sweep recorded before dtlab.vocab says
+    ``alltoall`` where :func:`sweep` now says ``all_to_all``."""
     import pandas as pd
 
+    if isinstance(data, (str, os.PathLike)) and os.fspath(data).endswith(".csv"):
+        data = pd.read_csv(data)
     if isinstance(data, pd.DataFrame):
-        return data
+        if "op" not in data or data["op"].map(_renamed).eq(data["op"]).all():
+            return data
+        return data.assign(op=data["op"].map(_renamed))
     reports = data if isinstance(data, list) else [data] if isinstance(data, dict) \
         else parse_nccl_tests_all(data)
     frames = []
@@ -204,6 +208,10 @@ def to_frame(data) -> "pandas.DataFrame":
     df = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
     df.attrs["header"] = dict(reports[0]["header"])
     return df
+
+
+def _renamed(op):
+    return op_name(op) if isinstance(op, str) else op
 
 
 def _clean(v):

@@ -11,17 +11,17 @@ nccl-tests (github.com/NVIDIA/nccl-tests, doc/PERFORMANCE.md) reports two bandwi
   all_reduce       2(n-1)/n      reduce-scatter then all-gather: each byte crosses 2(n-1)/n
   all_gather       (n-1)/n       each rank receives the n-1 chunks it lacks
   reduce_scatter   (n-1)/n       each rank sends the n-1 chunks others own
-  alltoall         (n-1)/n       each rank keeps 1/n of its buffer, sends the rest
+  all_to_all       (n-1)/n       each rank keeps 1/n of its buffer, sends the rest
   broadcast        1             all bytes leave the root over its one link
   reduce           1             all bytes arrive at the root over its one link
   sendrecv         1             point to point
   ===============  ============  ==========================================================
 
 The ``size`` column is max(send buffer, receive buffer) of one rank: for all_gather the whole
-gathered output, for reduce_scatter the whole input, for alltoall the whole send buffer. The
+gathered output, for reduce_scatter the whole input, for all_to_all the whole send buffer. The
 ``count`` column is the *count argument* of the NCCL call: for all_reduce, broadcast, reduce and
 sendrecv the elements of the buffer, but for all_gather / reduce_scatter the elements per rank
-and for alltoall the elements per peer (src/common.cu prints ``args->nbytes / wordSize``, the
+and for all_to_all the elements per peer (src/common.cu prints ``args->nbytes / wordSize``, the
 per-rank ``paramcount``). Those three also round the per-rank chunk down to a whole number of 16
 bytes, so a requested 8 B all_gather on 2 ranks becomes 0 B (src/all_gather.cu,
 ``(count/nranks) & -(16/eltSize)``).
@@ -35,40 +35,25 @@ bytes, so a requested 8 B all_gather on 2 ranks becomes 0 B (src/all_gather.cu,
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
-OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "alltoall", "sendrecv")
+from ..vocab import check_op, format_size, parse_size  # noqa: F401  (re-exported: dtlab.bench's API)
 
-_ALIASES = {
-    "allreduce": "all_reduce", "allgather": "all_gather", "reducescatter": "reduce_scatter",
-    "all_to_all": "alltoall", "alltoall": "alltoall", "all_to_all_single": "alltoall",
-    "send_recv": "sendrecv", "p2p": "sendrecv", "bcast": "broadcast",
-}
-
-# what nccl-tests prints in the redop and root columns of each test (its defaults: -o sum, -r 0)
+# what nccl-tests prints in the redop and root columns of each test (its defaults: -o sum, -r 0);
+# its keys are the collectives dtlab.bench measures, named as torch.distributed names them
+# (dtlab.vocab): nccl-tests' alltoall_perf is ``all_to_all`` here
 NCCL_TESTS_REDOP = {"all_reduce": "sum", "all_gather": "none", "reduce_scatter": "sum",
-                    "broadcast": "none", "reduce": "sum", "alltoall": "none", "sendrecv": "sum"}
+                    "broadcast": "none", "reduce": "sum", "all_to_all": "none", "sendrecv": "sum"}
 NCCL_TESTS_ROOT = {"broadcast": 0, "reduce": 0}  # every other op prints -1
-
-# torch dtype name -> the name nccl-tests prints in its ``type`` column
-NCCL_TYPE_NAMES = {"float32": "float", "float16": "half", "bfloat16": "bfloat16",
-                   "float64": "double", "int8": "int8", "uint8": "uint8", "int32": "int32",
-                   "int64": "int64"}
-
-_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+OPS = tuple(NCCL_TESTS_REDOP)
+# per-rank chunks rounded to whole 16-byte lines (src/all_gather.cu & co.)
+CHUNKED = ("all_gather", "reduce_scatter", "all_to_all")
 
 
 def canonical_op(op: str) -> str:
-    """'allreduce', 'all_reduce_perf', 'AllReduce' -> 'all_reduce'; ValueError if unknown."""
-    if not isinstance(op, str):
-        raise ValueError(f"op={op!r} must be a string, one of: {', '.join(OPS)}.")
-    key = re.sub(r"_perf$", "", op.strip().lower().replace("-", "_"))
-    key = _ALIASES.get(key, _ALIASES.get(key.replace("_", ""), key))
-    if key not in OPS:
-        raise ValueError(f"op={op!r} is not a collective dtlab.bench knows; use one of: "
-                         f"{', '.join(OPS)}.")
-    return key
+    """'allreduce', 'all_reduce_perf', 'AllReduce', 'alltoall' -> torch's name ('all_reduce',
+    'all_to_all'); ValueError naming the choices if dtlab.bench does not measure it."""
+    return check_op(op, OPS)
 
 
 def busbw_factor(op: str, nranks: int) -> float:
@@ -77,7 +62,7 @@ def busbw_factor(op: str, nranks: int) -> float:
     n = _check_nranks(nranks)
     if op == "all_reduce":
         return 2.0 * (n - 1) / n
-    if op in ("all_gather", "reduce_scatter", "alltoall"):
+    if op in CHUNKED:  # each rank keeps 1/n, moves the rest
         return (n - 1) / n
     return 1.0
 
@@ -116,33 +101,7 @@ def _check_nranks(nranks) -> int:
     return nranks
 
 
-# --- sizes ---------------------------------------------------------------------------------------
-
-def parse_size(value: int | str, name: str = "size") -> int:
-    """nccl-tests size strings -> bytes: 8, "8", "1K", "128M", "1G", "1.5K" (K = 1024).
-
-    >>> [parse_size(s) for s in ("8", "1K", "128M", "1G", 4096)]
-    [8, 1024, 134217728, 1073741824, 4096]
-    """
-    if isinstance(value, int) and not isinstance(value, bool):
-        if value < 0:
-            raise ValueError(f"{name}={value!r} must be >= 0 bytes.")
-        return value
-    m = re.fullmatch(r"\s*(\d+(?:\.\d*)?)\s*([kKmMgGtT]?)(?:i?[bB])?\s*", str(value))
-    if not m:
-        raise ValueError(f"{name}={value!r} is not a size: give bytes like 8, 1K, 128M or 1G "
-                         f"(K/M/G are powers of 1024, as in nccl-tests' -b/-e).")
-    return int(float(m.group(1)) * _UNITS[m.group(2).upper()])
-
-
-def format_size(nbytes: int) -> str:
-    """Short power-of-1024 label, as on nccl-tests plots: 8, 1K, 1.5K, 128M, 1G."""
-    for unit in ("T", "G", "M", "K"):
-        scale = _UNITS[unit]
-        if nbytes >= scale:
-            return f"{nbytes / scale:.4g}{unit}"
-    return str(nbytes)
-
+# --- sizes (parse_size / format_size: dtlab.vocab) ----------------------------------------
 
 def sweep_sizes(min_bytes: int | str, max_bytes: int | str, factor: int = 2) -> list[int]:
     """The requested sizes of a sweep, like nccl-tests ``-b MIN -e MAX -f FACTOR``.
@@ -194,10 +153,10 @@ def coll_shape(op: str, requested_bytes: int, nranks: int, elem_size: int) -> Co
     if elem_size not in (1, 2, 4, 8, 16):
         raise ValueError(f"elem_size={elem_size!r}: element sizes are 1, 2, 4, 8 or 16 bytes.")
     count = parse_size(requested_bytes, "requested_bytes") // elem_size
-    if op in ("all_gather", "reduce_scatter", "alltoall"):
+    if op in CHUNKED:
         chunk = (count // n) & -(16 // elem_size)  # whole 16-byte lines per rank, like nccl-tests
         send, recv = {"all_gather": (chunk, chunk * n), "reduce_scatter": (chunk * n, chunk),
-                      "alltoall": (chunk * n, chunk * n)}[op]
+                      "all_to_all": (chunk * n, chunk * n)}[op]
         param = chunk
     else:
         send = recv = param = count

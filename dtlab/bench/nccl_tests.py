@@ -16,7 +16,7 @@ A report is one test run, as JSON-ready data::
      "trailer": {"out_of_bounds_values": 0, "out_of_bounds_ok": true,
                  "avg_bus_bandwidth": 86.1093, "concluded": true}}
 
-A value nccl-tests prints as ``N/A`` (``#wrong`` of in-place alltoall/sendrecv, which it does not
+A value nccl-tests prints as ``N/A`` (``#wrong`` of in-place all_to_all/sendrecv, which it does not
 check) is ``None``. Header keys appear only when the text gives them. Lines that are not part of
 the table (NCCL INFO lines, mpirun chatter) are skipped, as they appear in real logs.
 
@@ -30,7 +30,8 @@ from __future__ import annotations
 import os
 import re
 
-from .formulas import OPS, canonical_op
+from ..vocab import op_name
+from .formulas import OPS
 
 _VERSION = re.compile(r"#\s*nccl-tests version\s+(\S+)(?:\s+\(([^)]*)\))?"
                       r"(?:\s+nccl-headers=(\d+))?(?:\s+nccl-library=(\d+))?")
@@ -142,10 +143,9 @@ def _feed(rep: dict, s: str) -> None:
             h["nccl_version"] = nccl_version_string(int(m.group(4)))
     elif m := _START.match(s):
         h["test"] = m.group(1)
-        try:
-            h["op"] = canonical_op(m.group(1))
-        except ValueError:  # gather_perf, hypercube_perf, ...: parsed, just not one of ours
-            h["op"] = re.sub(r"_perf$", "", m.group(1))
+        # torch's name (alltoall_perf -> all_to_all); gather_perf, hypercube_perf ... are
+        # parsed too, their op just is not one dtlab.bench measures
+        h["op"] = op_name(m.group(1))
     elif s.startswith("# nThread"):
         for key, pat in _PARAMS:
             if pm := re.search(pat, s):

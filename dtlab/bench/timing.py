@@ -29,17 +29,17 @@ import time
 import torch
 import torch.distributed as dist
 
-from .formulas import (NCCL_TESTS_REDOP, NCCL_TESTS_ROOT, NCCL_TYPE_NAMES, algbw, busbw,
-                       coll_shape)
+from ..vocab import nccl_tests_type
+from .formulas import NCCL_TESTS_REDOP, NCCL_TESTS_ROOT, algbw, busbw, coll_shape
 from .report import TABLE_HEAD, render_row
 
 # torch's in-place-only APIs: the out-of-place column of these is N/A
 OOP_NA = {"all_reduce": "torch.distributed.all_reduce works in place",
           "broadcast": "torch.distributed.broadcast works in place",
           "reduce": "torch.distributed.reduce works in place"}
-# nccl-tests times in-place alltoall/sendrecv but does not check them (the send and receive
+# nccl-tests times in-place all_to_all/sendrecv but does not check them (the send and receive
 # buffers are one buffer, so the result is undefined): #wrong is N/A there, here too
-IP_UNCHECKED = ("alltoall", "sendrecv")
+IP_UNCHECKED = ("all_to_all", "sendrecv")
 
 _UNSUPPORTED = re.compile(r"does not support|not supported|no support|unsupported|"
                           r"not implemented", re.I)
@@ -106,7 +106,7 @@ class Case:
         elif op == "reduce_scatter":
             self.inp = self._pat(r, 0, c * n, seed)
             self.out = self.inp[r * c:(r + 1) * c] if self.inplace else zeros(c)
-        elif op == "alltoall":
+        elif op == "all_to_all":
             self.inp = self._pat(r, 0, c * n, seed)  # block j goes to rank j
             self.out = self.inp if self.inplace else zeros(c * n)
         elif op == "sendrecv":
@@ -125,7 +125,7 @@ class Case:
             _all_gather(self.out, self.inp)
         elif op == "reduce_scatter":
             _reduce_scatter(self.out, self.inp)
-        elif op == "alltoall":
+        elif op == "all_to_all":
             dist.all_to_all_single(self.out, self.inp)
         elif op == "sendrecv":  # like nccl-tests: send to the next rank, receive from the previous
             for work in dist.batch_isend_irecv([dist.P2POp(dist.isend, self.inp, (r + 1) % n),
@@ -150,7 +150,7 @@ class Case:
             return torch.cat([self._pat(j, 0, c, seed) for j in range(n)])
         if op == "reduce_scatter":
             return summed(n, r * c, c, seed, self.dtype, self.device)
-        if op == "alltoall":  # block j came from rank j: its elements meant for me
+        if op == "all_to_all":  # block j came from rank j: its elements meant for me
             return torch.cat([self._pat(j, r * c, c, seed) for j in range(n)])
         return self._pat((r - 1) % n, 0, c, seed)  # sendrecv
 
@@ -272,7 +272,7 @@ def run_sweep(cfg: dict) -> dict | None:
                 skipped.append((op, requested))  # 0 B after nccl-tests' rounding, or no support
                 continue
             row = {"op": op, "size": shape.size, "count": shape.count,
-                   "type": NCCL_TYPE_NAMES.get(cfg["dtype"], cfg["dtype"]),
+                   "type": nccl_tests_type(cfg["dtype"]),
                    "redop": NCCL_TESTS_REDOP[op], "root": NCCL_TESTS_ROOT.get(op, -1)}
             for inplace, g in ((False, "oop"), (True, "ip")):
                 # shape.count is the NCCL count argument: per rank for the chunked collectives

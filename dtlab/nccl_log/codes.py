@@ -6,13 +6,15 @@ Algorithms and protocols are indices into ``ncclAlgoStr`` / ``ncclProtoStr`` (``
 ``ncclProtoToString`` do (``src/collectives.cc``: ``RING``, ``NVLS_TREE``, ``SIMPLE``), the
 tuning table the way ``ncclAlgoStr`` does (``Ring``, ``NVLSTree``, ``Simple``).
 
->>> datatype_name(7), redop_name(0), type_size(9)
-('ncclFloat32', 'ncclSum', 2)
+>>> datatype_name(7), redop_name(0), type_size(9), torch_dtype(9)
+('ncclFloat32', 'ncclSum', 2, 'bfloat16')
 >>> canonical_algorithm("NVLS_TREE"), canonical_protocol("SIMPLE"), algorithm_name(1)
 ('NVLSTree', 'Simple', 'Ring')
 """
 
 from __future__ import annotations
+
+from ..vocab import dtype_bytes, dtype_name
 
 # ncclDataType_t, src/nccl.h.in (aliases ncclChar/ncclInt/ncclHalf/ncclFloat/ncclDouble share
 # the numbers of the names below)
@@ -21,8 +23,10 @@ DATATYPES = {
     5: "ncclUint64", 6: "ncclFloat16", 7: "ncclFloat32", 8: "ncclFloat64", 9: "ncclBfloat16",
     10: "ncclFloat8e4m3", 11: "ncclFloat8e5m2",
 }
-# bytes per element, as NCCL's ncclTypeSize()
-TYPE_SIZES = {0: 1, 1: 1, 2: 4, 3: 4, 4: 8, 5: 8, 6: 2, 7: 4, 8: 8, 9: 2, 10: 1, 11: 1}
+# bytes per element (NCCL's ncclTypeSize()), and torch's name: from dtlab.vocab, which knows
+# every dtype by NCCL's name too
+TYPE_SIZES = {code: dtype_bytes(name) for code, name in DATATYPES.items()}
+TORCH_NAMES = {code: dtype_name(name) for code, name in DATATYPES.items()}
 
 # ncclRedOp_t, src/nccl.h.in. Values from ncclNumOps (5) up are handles made at run time by
 # ncclRedOpCreatePreMulSum (torch uses one for PREMUL_SUM, and for AVG on old NCCL).
@@ -54,6 +58,11 @@ def result_name(code: int) -> str:
 
 def type_size(code: int) -> int | None:
     return TYPE_SIZES.get(code)
+
+
+def torch_dtype(code: int) -> str | None:
+    """The dtype's name in torch (and the rest of dtlab): 9 -> 'bfloat16'."""
+    return TORCH_NAMES.get(code)
 
 
 def redop_name(code: int) -> str:

@@ -8,8 +8,8 @@ parent). torch makes several: the default (world) group, one per ``new_group``, 
 
 >>> c = Call(op="AllReduce", opcount=0, count=1024, datatype=7, redop=0, root=0, comm="0x1",
 ...          nranks=2)
->>> c.to_dict()["datatype_name"], c.nbytes, c.is_p2p
-('ncclFloat32', 4096, False)
+>>> c.to_dict()["datatype_name"], c.to_dict()["dtype"], c.nbytes, c.is_p2p
+('ncclFloat32', 'float32', 4096, False)
 """
 
 from __future__ import annotations
@@ -55,7 +55,8 @@ class Call:
 
     def to_dict(self) -> dict:
         d = {"op": self.op, "count": self.count, "datatype": self.datatype,
-             "datatype_name": codes.datatype_name(self.datatype), "redop": self.redop,
+             "datatype_name": codes.datatype_name(self.datatype),
+             "dtype": codes.torch_dtype(self.datatype), "redop": self.redop,
              "redop_name": codes.redop_name(self.redop), "root": self.root,
              "opcount": self.opcount, "bytes": self.nbytes}
         if self.is_p2p:

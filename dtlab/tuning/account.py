@@ -28,16 +28,15 @@ from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..vocab import DTYPES, dtype_name
+
 if TYPE_CHECKING:
     import pandas
 
-# dtlab.bench op -> NCCL's function name in TUNING lines; alltoall and sendrecv are grouped
-# Send/Recv calls, for which NCCL chooses no algorithm
+# dtlab.vocab op name -> NCCL's function name in TUNING lines; all_to_all and sendrecv are
+# grouped Send/Recv calls, for which NCCL chooses no algorithm
 NCCL_FUNC = {"all_reduce": "AllReduce", "all_gather": "AllGather",
              "reduce_scatter": "ReduceScatter", "broadcast": "Broadcast", "reduce": "Reduce"}
-# nccl-tests' type names (the frame's ``type`` column) -> bytes per element
-TYPE_BYTES = {"float": 4, "half": 2, "bfloat16": 2, "double": 8, "int8": 1, "uint8": 1,
-              "int32": 4, "int64": 8}
 COLUMNS = ["algorithm", "protocol", "channels", "comm_channels", "transport"]
 
 
@@ -99,8 +98,11 @@ def read_account(folder: str | os.PathLike) -> dict[str, Any] | None:
 def call_bytes(op: str, count: int, type_name: str) -> int | None:
     """The byte count NCCL's TUNING line prints for a sweep row (``count`` is the NCCL count
     argument, as in nccl-tests' count column)."""
-    size = TYPE_BYTES.get(type_name)
-    return None if size is None or count is None else int(count) * size
+    # the frame's ``type`` column holds nccl-tests' names ('float', 'half'): vocab reads both
+    name = dtype_name(type_name)
+    if name not in DTYPES or count is None:
+        return None
+    return int(count) * DTYPES[name][0]
 
 
 def annotate(df: "pandas.DataFrame", account: dict | str | os.PathLike | None

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+from ..vocab import format_size, parse_size
 from .settings import FORCED
 
 if TYPE_CHECKING:
@@ -33,8 +34,7 @@ def default_label(df: "pandas.DataFrame") -> str:
 
 
 def _sizes(size) -> set[int] | None:
-    from ..bench.formulas import parse_size
-
+    """``size`` as :func:`best` takes it (1048576, "1M", a list) -> a set of bytes."""
     if size is None:
         return None
     items = size if isinstance(size, (list, tuple, set)) else [size]
@@ -102,8 +102,6 @@ def _cell(v, fmt: str = "", width: int = 0) -> str:
 
 
 def _block(label: str, part: "pandas.DataFrame", many_ops: bool) -> list[str]:
-    from ..bench.formulas import format_size
-
     first = part.iloc[0]
     if first["status"] != "ok":
         out = [f"== {label}  {str(first['status']).upper()}: {first['error']}"]
@@ -125,8 +123,6 @@ def _block(label: str, part: "pandas.DataFrame", many_ops: bool) -> list[str]:
 
 def best_text(df: "pandas.DataFrame") -> str:
     """The best setting per size as text (see :func:`best`)."""
-    from ..bench.formulas import format_size
-
     b = best(df)
     if b.empty:
         return "best setting per size: none (no setting finished with #wrong 0)"
@@ -147,8 +143,6 @@ def best_text(df: "pandas.DataFrame") -> str:
 
 def wide_text(df: "pandas.DataFrame") -> str:
     """busbw (GB/s) as a matrix: one line per size, one column per setting that finished."""
-    from ..bench.formulas import format_size
-
     ok = df[df["status"] == "ok"]
     labels = list(dict.fromkeys(ok["setting"]))
     width = {s: max(8, len(s)) for s in labels}

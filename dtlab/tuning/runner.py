@@ -23,6 +23,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
+from ..vocab import format_size
 from .account import annotate, debug_env, read_account
 from .settings import FORCED, TUNABLE, VARS, Setting, resolve_settings
 
@@ -143,8 +144,6 @@ def _present(v) -> bool:
 
 
 def _summary(rows: list[dict]) -> str:
-    from ..bench.formulas import format_size
-
     ok = [r for r in rows if r["status"] == "ok" and _present(r.get("busbw"))]
     if not ok:
         if not rows:
@@ -216,7 +215,6 @@ def sweep(settings: Any = None, op: str | Sequence[str] = "all_reduce",
     import pandas as pd
 
     from ..bench.engine import make_config, result_frame
-    from ..bench.formulas import format_size
     from ..runtime import HangError, RankError, plan as _plan, run
     from .progress import Progress
 

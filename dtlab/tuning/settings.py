@@ -30,6 +30,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
+from ..vocab import parse_size
+
 ALGORITHMS = ("Ring", "Tree", "CollnetDirect", "CollnetChain", "PAT")
 PROTOCOLS = ("LL", "LL128", "Simple")
 FORCED = {"NCCL_NVLS_ENABLE": "0"}  # DESIGN.md, Safety: NVLink multicast stays off
@@ -145,8 +147,6 @@ def check_value(name: Any, value: Any) -> str:
         return str(_whole(name, value, 1))
     if name in ("NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE"):
         return str(_whole(name, value, 0, 1))
-    from ..bench.formulas import parse_size  # NCCL_BUFFSIZE
-
     try:
         nbytes = parse_size(value, name) if not isinstance(value, bool) else 0
     except ValueError:

@@ -45,7 +45,7 @@ def test_the_headline_numbers_of_the_samples():
 def test_busbw_factors_follow_performance_md():
     for n in (2, 4, 8):
         assert busbw_factor("all_reduce", n) == pytest.approx(2 * (n - 1) / n)
-        for op in ("all_gather", "reduce_scatter", "alltoall"):
+        for op in ("all_gather", "reduce_scatter", "all_to_all", "alltoall"):  # both spellings
             assert busbw_factor(op, n) == pytest.approx((n - 1) / n)
         for op in ("broadcast", "reduce", "sendrecv"):
             assert busbw_factor(op, n) == 1.0
@@ -64,10 +64,10 @@ def test_sizes_and_counts_match_the_sample_columns(name):
 
 
 def test_chunked_collectives_print_per_rank_counts_like_nccl_tests():
-    # alltoall, 4 ranks (synthetic fixture, laid out like real 16-rank logs: 1024 B -> 16)
+    # all_to_all, 4 ranks (synthetic fixture, laid out like real 16-rank logs: 1024 B -> 16)
     rep = parse_nccl_tests(os.path.join(FIX, "synthetic_alltoall_2hosts.txt"))
     for r in rep["rows"]:
-        assert coll_shape("alltoall", r["size"], 4, 4).count == r["count"] == r["size"] // 16
+        assert coll_shape("all_to_all", r["size"], 4, 4).count == r["count"] == r["size"] // 16
     # all_gather 2 ranks, 1 GiB: a real GB10 run printed count 134217728
     s = coll_shape("all_gather", 1 << 30, 2, 4)
     assert (s.size, s.count, s.send, s.recv) == (1 << 30, 134217728, 134217728, 268435456)
@@ -86,9 +86,11 @@ def test_sizes_and_ops_parse_like_nccl_tests():
         ["8", "1K", "1.5K", "128M", "1G"]
     assert sweep_sizes("1K", "8K", 2) == [1024, 2048, 4096, 8192]
     assert sweep_sizes(8, 100, 4) == [8, 32]
+    # torch's names out (dtlab.vocab); nccl-tests' spellings still accepted in
     assert [canonical_op(o) for o in ("allreduce", "all_reduce_perf", "AllGather", "all_to_all",
-                                      "send_recv")] == \
-        ["all_reduce", "all_reduce", "all_gather", "alltoall", "sendrecv"]
+                                      "alltoall", "alltoall_perf", "send_recv")] == \
+        ["all_reduce", "all_reduce", "all_gather", "all_to_all", "all_to_all", "all_to_all",
+         "sendrecv"]
 
 
 @pytest.mark.parametrize("call, words", [

@@ -17,7 +17,7 @@ from dtlab.cli import main
 
 FAST = dict(nprocs=2, backend="gloo", iters=3, warmup=1, timeout=60)
 OOP_NA = {"all_reduce", "broadcast", "reduce"}        # torch API is in-place only
-IP_UNCHECKED = {"alltoall", "sendrecv"}               # nccl-tests prints N/A there too
+IP_UNCHECKED = {"all_to_all", "sendrecv"}               # nccl-tests prints N/A there too
 
 
 @pytest.fixture(scope="module")
@@ -89,6 +89,7 @@ def test_text_json_and_csv_outputs(every_op, tmp_path):
 def test_wrong_count_catches_a_corrupted_result():
     df = sweep(["all_reduce", "all_gather", "reduce", "alltoall"], 64, 128, progress=False,
                _inject={"corrupt": 3}, **FAST)
+    assert "all_to_all" in set(df["op"]) and "alltoall" not in set(df["op"])  # torch's name out
     for _, r in df.iterrows():
         for g in ("oop", "ip"):
             if pd.notna(r[f"{g}_time_us"]) and not (g == "ip" and r["op"] in IP_UNCHECKED):

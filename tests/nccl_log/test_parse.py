@@ -47,7 +47,7 @@ def test_facts_of_the_228_fixture():
     assert [c["op"] for c in calls0] == ["AllReduce"] * 3 + ["Broadcast", "AllGather",
                                                             "ReduceScatter", "AllReduce", "Send"]
     assert calls0[3] == {"op": "Broadcast", "count": 256, "datatype": 9, "datatype_name": "ncclBfloat16",
-                         "redop": 0, "redop_name": "ncclSum", "root": 0, "opcount": 0, "bytes": 512,
+                         "dtype": "bfloat16", "redop": 0, "redop_name": "ncclSum", "root": 0, "opcount": 0, "bytes": 512,
                          "algorithm": "Ring", "protocol": "LL"}
     assert calls0[-1]["p2p"] is True
     assert "algorithm" not in d["collectives"][1][0]  # only rank 0 logs the per-call choice
