@@ -16,6 +16,24 @@ from .runtime.context import backend, device, in_rank, local_rank, rank, world_s
 
 __version__ = "0.1.0"
 
+
+def _postmortem(evidence_dir: str):
+    """The runtime's post-mortem hook: dtlab.hang's diagnosis of a failed launch's evidence
+    (wired here, at the top, so that the runtime imports nothing above it)."""
+    from .hang.diagnose import diagnose
+
+    d = diagnose(evidence_dir)
+    if d.failure_class in ("no_failure", "timeout_unknown"):
+        return d, None
+    culprit = ", ".join(map(str, d.culprit_ranks)) or "-"
+    return d, (f"Diagnosis (err.diagnosis): {d.failure_class}, culprit rank(s) {culprit}. "
+               f"{d.summary}")
+
+
+from .runtime.evidence import set_postmortem as _set_postmortem  # noqa: E402
+
+_set_postmortem(_postmortem)
+
 __all__ = ["run", "Pool", "Results", "RankResult", "RankError", "HangError", "LaunchError",
            "PoolBrokenError", "rank", "local_rank", "world_size", "device", "backend", "in_rank"]
 

@@ -13,8 +13,11 @@ from __future__ import annotations
 import os
 import queue
 import secrets
+import select
+import socket
 import threading
-from multiprocessing.connection import Connection, Listener
+from multiprocessing.connection import (Connection, Listener, answer_challenge,
+                                        deliver_challenge)
 
 KEY_FILE = "control.key"
 SOCKET = "control.sock"
@@ -35,35 +38,76 @@ def read_key(run_dir: str) -> bytes:
 
 
 class ControlServer:
-    """Accepts authenticated connections in a thread; hands them over through a queue."""
+    """Accepts connections in a thread and authenticates each in a thread of its own, so a
+    connection that never answers the challenge delays nobody; hands authenticated ones over
+    through a queue. ``close()`` ends every thread it started: the accept loop wakes at least
+    every ``POLL`` seconds, and closing a pending connection ends its handshake."""
+
+    POLL = 0.1
 
     def __init__(self, run_dir: str, key: bytes):
         os.chmod(run_dir, 0o700)
         self.address = os.path.join(run_dir, SOCKET)
-        self._listener = Listener(self.address, family="AF_UNIX", authkey=key)
+        self._key = key
+        self._listener = Listener(self.address, family="AF_UNIX")  # the key is checked per conn
         self.accepted: "queue.Queue[Connection]" = queue.Queue()
         self.rejected = 0
         self._closed = False
-        self._thread = threading.Thread(target=self._accept_loop, name="dtlab-control-accept",
-                                        daemon=True)
-        self._thread.start()
+        self._pending: set[Connection] = set()
+        self._lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+        self._spawn(self._accept_loop, "dtlab-control-accept")
+
+    def _spawn(self, target, name, *args) -> None:
+        t = threading.Thread(target=target, args=args, name=name, daemon=True)
+        self._threads.append(t)
+        t.start()
 
     def _accept_loop(self) -> None:
+        sock = self._listener._listener._socket  # to wait with a timeout before accept()
         while not self._closed:
             try:
-                conn = self._listener.accept()  # the key handshake happens inside accept()
-            except Exception:  # AuthenticationError, a peer that hung up, or we closed
-                if self._closed:
-                    return
-                self.rejected += 1
-                continue
+                ready, _, _ = select.select([sock], [], [], self.POLL)
+                if not ready or self._closed:
+                    continue
+                conn = self._listener.accept()
+            except OSError:  # we closed the listener
+                return
+            with self._lock:
+                self._pending.add(conn)
+            self._spawn(self._authenticate, "dtlab-control-auth", conn)
+
+    def _authenticate(self, conn: Connection) -> None:
+        try:
+            deliver_challenge(conn, self._key)
+            answer_challenge(conn, self._key)
+        except Exception:  # a wrong key, a peer that hung up, or close() ended a silent one
+            self.rejected += 1
+            conn.close()
+            return
+        finally:
+            with self._lock:
+                self._pending.discard(conn)
+        if self._closed:
+            conn.close()
+        else:
             self.accepted.put(conn)
 
     def close(self) -> None:
-        """Stop accepting and remove the socket file."""
+        """Stop accepting, end unfinished handshakes, remove the socket file."""
         if self._closed:
             return
         self._closed = True
+        with self._lock:
+            pending, self._pending = list(self._pending), set()
+        for conn in pending:
+            try:  # shutdown wakes a thread blocked reading it; close alone may not
+                socket.socket(fileno=os.dup(conn.fileno())).shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        for t in self._threads:
+            if t is not threading.current_thread():
+                t.join(timeout=2)
         try:
             self._listener.close()
         except OSError:

@@ -9,17 +9,28 @@ marked secondary, so it cannot be blamed while a primary failure exists.
 from __future__ import annotations
 
 import re
-import signal
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from ..vocab import exit_summary, signal_name  # noqa: F401 (re-exported: one wording)
 
 if TYPE_CHECKING:
     from .results import Results
 
 
-class _ShortTraceback:
+class _ShortTraceback(Exception):
     """IPython renders ``_render_traceback_()`` instead of a traceback through dtlab's
-    internals: the message already holds every rank's traceback, which is what matters."""
+    internals: the message already holds every rank's traceback, which is what matters.
+
+    ``notes`` are lines added after the error was made (what the pool did about it, a
+    diagnosis): data, shown after the message, never written into ``args``."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.notes: list[str] = []
+
+    def __str__(self) -> str:
+        return "\n".join([super().__str__(), *self.notes])
 
     def _render_traceback_(self) -> list[str]:
         return [f"\x1b[31m{type(self).__name__}\x1b[0m: {self}"]
@@ -43,22 +54,17 @@ _SECONDARY = re.compile(
 )
 
 
-def signal_name(exit_code: int | None) -> str | None:
-    if exit_code is None or exit_code >= 0:
-        return None
-    try:
-        return signal.Signals(-exit_code).name
-    except ValueError:
-        return f"signal {-exit_code}"
-
 
 @dataclass
 class Failure:
     """One rank's failure.
 
-    kind: ``exception`` (fn raised), ``exit`` (the process exited non-zero without a Python
-    exception, e.g. ``os._exit(3)``), ``signal`` (killed by a signal, e.g. a segfault),
-    ``no_result`` (exited 0 but ``fn`` never returned, e.g. ``os._exit(0)``).
+    kind: ``exception`` (fn raised), ``sys_exit`` (fn called ``sys.exit``), ``exit`` (the
+    process exited non-zero without a Python exception, e.g. ``os._exit(3)``), ``signal``
+    (killed by a signal, e.g. a segfault), ``no_result`` (exited 0 but ``fn`` never returned,
+    e.g. ``os._exit(0)``), ``left`` (``fn`` returned normally while its peers still waited for
+    it in a collective: it raised nothing, yet it is why they failed), ``bad_result`` (fn
+    returned, but its value could not be brought back to the parent).
     """
 
     rank: int
@@ -70,6 +76,7 @@ class Failure:
 
     @property
     def secondary(self) -> bool:
+        """It only echoes another rank's departure ("Connection closed by peer")."""
         return self.kind == "exception" and bool(_SECONDARY.search(self.detail))
 
 
@@ -78,19 +85,15 @@ def order_failures(failures: list[Failure]) -> list[Failure]:
     return sorted(failures, key=lambda f: (f.secondary, f.time, f.rank))
 
 
-def exit_summary(exit_code: int | None) -> str:
-    sig = signal_name(exit_code)
-    if sig:
-        return f"killed by {sig}"
-    return f"exit code {exit_code}"
-
-
 class RankError(_ShortTraceback, RuntimeError):
     """One or more ranks failed.
 
     ``failures`` maps rank -> traceback text (or the end of stderr for a rank that died without
-    a Python exception), root cause first; ``root_rank`` names the first failure; ``results``
-    holds every rank's output so far.
+    a Python exception, or what a rank did that made its peers fail), root cause first;
+    ``failure_list`` holds the same as :class:`Failure` records; ``root_rank`` names the root
+    cause; ``stopped`` the ranks dtlab stopped because they were still running; ``results``
+    every rank's output so far; ``diagnosis`` and ``evidence_dir`` are set when a post-mortem
+    ran.
     """
 
     def __init__(self, failures: list[Failure], results: "Results | None" = None,
@@ -102,8 +105,8 @@ class RankError(_ShortTraceback, RuntimeError):
         self.exit_codes = {f.rank: f.exit_code for f in ordered}
         self.results = results
         self.stopped = stopped or []
-        self.diagnosis = None  # filled by dtlab.hang when the evidence names a cause
-        self.evidence_dir = None
+        self.diagnosis = None
+        self.evidence_dir: str | None = None
         super().__init__(self._format(where))
 
     def _format(self, where: str) -> str:
@@ -134,19 +137,22 @@ class HangError(_ShortTraceback, TimeoutError):
     """The timeout passed with ranks still running: a hang, or work slower than the timeout.
 
     ``stacks`` maps rank -> the Python stack of that rank's process at the moment the timeout
-    passed (py-spy when it can attach, else a faulthandler dump); ``diagnosis`` is filled by
-    :mod:`dtlab.hang` when it can name a cause; ``results`` holds each rank's output so far.
+    passed (py-spy when it can attach, else a faulthandler dump; ``method`` says which);
+    ``snapshot`` holds stacks taken earlier, when the ranks first went quiet (if asked for);
+    ``finished`` the ranks that had returned; ``diagnosis`` and ``evidence_dir`` are set when a
+    post-mortem ran; ``results`` holds each rank's output so far.
     """
 
     def __init__(self, timeout: float, stacks: dict[int, str], results: "Results | None" = None,
-                 method: str = "", where: str = "dtlab.run", finished: list[int] | None = None):
+                 method: str = "", where: str = "dtlab.run", finished: list[int] | None = None,
+                 snapshot: dict[int, str] | None = None):
         self.timeout = timeout
         self.stacks = stacks
         self.results = results
         self.method = method
         self.diagnosis = None
-        self.evidence_dir = None
-        self.snapshot: dict[int, str] = {}
+        self.evidence_dir: str | None = None
+        self.snapshot = snapshot or {}
         self.finished = finished or []
         super().__init__(self._format(where))
 

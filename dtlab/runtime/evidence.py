@@ -30,6 +30,7 @@ import shutil
 import stat
 import sys
 import time
+from typing import Callable  # noqa: F401 (annotations)
 
 FR_PREFIX = "fr_trace_"
 FR_SIZE = "2000"
@@ -173,19 +174,26 @@ def write_evidence(out: str, results, meta: dict, stacks: dict[str, dict[int, st
     return out
 
 
-def attach_diagnosis(err: BaseException, evidence_dir: str) -> None:
-    """Set ``err.diagnosis`` from the evidence, when the hang diagnoser can say something."""
-    try:
-        from ..hang.diagnose import diagnose
-    except ImportError:
+# The layer above registers what reads an evidence folder and names a cause (dtlab/__init__.py
+# wires in dtlab.hang.diagnose): the runtime itself knows nothing of failure classes.
+_POSTMORTEM: "Callable[[str], tuple[object, str | None]] | None" = None
+
+
+def set_postmortem(fn: "Callable[[str], tuple[object, str | None]] | None") -> None:
+    """``fn(evidence_dir) -> (diagnosis, note or None)``; run on every failed launch."""
+    global _POSTMORTEM
+    _POSTMORTEM = fn
+
+
+def run_postmortem(err: BaseException, evidence_dir: str) -> None:
+    """Set ``err.diagnosis`` (and add its note) from the evidence, if a post-mortem is set."""
+    if _POSTMORTEM is None:
         return
     try:
-        d = err.diagnosis = diagnose(evidence_dir)
+        err.diagnosis, note = _POSTMORTEM(evidence_dir)
     except Exception as e:  # a diagnosis must never hide the error it explains
         err.diagnosis = None
         print(f"dtlab: diagnosis failed: {type(e).__name__}: {e}", file=sys.stderr)
         return
-    if d.failure_class not in ("no_failure", "timeout_unknown") and err.args:
-        culprit = ", ".join(map(str, d.culprit_ranks)) or "-"
-        err.args = (f"{err.args[0]}\nDiagnosis (err.diagnosis): {d.failure_class}, culprit "
-                    f"rank(s) {culprit}. {d.summary}",) + tuple(err.args[1:])
+    if note and hasattr(err, "notes"):
+        err.notes.append(note)

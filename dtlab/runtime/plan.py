@@ -11,6 +11,7 @@ half-launched job. The rules (DESIGN.md):
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 
@@ -83,6 +84,14 @@ def resolve(nprocs: int | None = None, backend: str = "auto", env: dict | None =
     return Plan(nprocs=n, backend=backend, devices=devices, note=note, env=checked_env)
 
 
+# Set by dtlab for every launch (rank_envs): a value from env= would make the ranks wait for a
+# store or peers that do not exist, so they are refused before anything starts.
+OWNED_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK",
+             "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_USE_AGENT_STORE",
+             "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS",
+             "TORCHELASTIC_ERROR_FILE", "GLOO_SOCKET_IFNAME")
+
+
 def check_env(env: dict | None) -> dict[str, str]:
     if env is None:
         return {}
@@ -92,6 +101,10 @@ def check_env(env: dict | None) -> dict[str, str]:
     for k, v in env.items():
         if not isinstance(k, str) or not k or "=" in k:
             raise LaunchError(f"env key {k!r} is not a valid environment variable name.")
+        if k in OWNED_ENV or k.startswith("DTLAB_"):
+            raise LaunchError(f"env[{k!r}] is set by dtlab for each launch (rank, world size and "
+                              f"rendezvous are its job); choose the number of ranks with nprocs=, "
+                              f"and use `dtlab multinode` for launches across hosts.")
         if isinstance(v, bool) or not isinstance(v, (str, int, float)):
             raise LaunchError(f"env[{k!r}]={v!r}: values must be strings (or numbers), "
                               f"e.g. env={{{k!r}: '1'}}.")
@@ -100,9 +113,11 @@ def check_env(env: dict | None) -> dict[str, str]:
 
 
 def check_timeout(timeout, name: str = "timeout") -> float | None:
-    if timeout is None:
+    """Seconds, or None for no limit (``math.inf`` means the same)."""
+    if timeout is None or (isinstance(timeout, float) and timeout == math.inf):
         return None
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
+    if (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or math.isnan(timeout)
+            or timeout <= 0 or timeout > 10**9):
         raise LaunchError(f"{name}={timeout!r} must be a positive number of seconds "
                           f"(or None for no limit).")
     return float(timeout)
@@ -120,6 +135,8 @@ def rank_envs(plan: Plan, master_port: int, extra: dict[str, str] | None = None
         "ROLE_WORLD_SIZE": str(n),
         "MASTER_ADDR": "127.0.0.1",
         "MASTER_PORT": str(master_port),
+        # nothing a single-host launch starts listens beyond loopback (ARCHITECTURE.md)
+        "GLOO_SOCKET_IFNAME": "lo",
         # The parent hosts the rendezvous TCPStore, as torchrun's agent does; ranks are clients.
         "TORCHELASTIC_USE_AGENT_STORE": "True",
         "TORCHELASTIC_RESTART_COUNT": "0",
@@ -132,6 +149,10 @@ def rank_envs(plan: Plan, master_port: int, extra: dict[str, str] | None = None
     if "OMP_NUM_THREADS" not in os.environ:
         # like torchrun: do not let N ranks each start a thread per core
         common["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // n))
+    if plan.backend == "nccl" and "NCCL_SOCKET_IFNAME" not in os.environ:
+        # NCCL's bootstrap opens listening sockets on the interface this names (by default the
+        # first that is not loopback); one host needs none other than lo. env= may override.
+        common["NCCL_SOCKET_IFNAME"] = "lo"
     common.update(plan.env)
     common.update(extra or {})
     envs = {}

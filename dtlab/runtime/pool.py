@@ -8,6 +8,10 @@ work often costs microseconds. A pool pays the launch once::
         pool.pull("x")                       # {0: tensor([3., 3.]), 1: tensor([3., 3.])}
         pool.run(lambda: dist.get_rank())    # Results, as dtlab.run returns
 
+A pool is the second client of :class:`.supervisor.Supervisor` (the one-shot ``dtlab.run`` is
+the first): the supervisor owns the processes, the run folder and the wait loop; the pool adds
+the command channel (:mod:`.channel`, messages in :mod:`.messages`) and per-rank namespaces.
+
 The failure contract is dtlab.run's, applied to a long-lived thing:
 
 * a cell raises on some ranks -> RankError; if the others finish, the pool is untouched; if
@@ -24,7 +28,6 @@ from __future__ import annotations
 
 import linecache
 import os
-import shutil
 import signal
 import sys
 import time
@@ -33,15 +36,15 @@ from multiprocessing.connection import wait as wait_conns
 
 import cloudpickle
 
-from . import evidence, output, plan as _plan
+from . import output, plan as _plan
 from .channel import ControlServer, write_key
 from .errors import Failure, HangError, PoolBrokenError, RankError
-from .launch import FAILURE_GRACE, host_store, make_run_dir, read_failure
+from .messages import Done, Exec, Pull, Push, Ready, Run, Shutdown, StartFailed
 from .payload import dumps, dumps_checked, pack_call, parent_context, source_lines_for
-from .procs import RankProcs
 from .results import RankResult, Results
+from .supervisor import (DEAD, FAILED, OK, RUNNING, Supervisor, exit_failure, make_run_dir)
 
-TICK = 0.05  # longest sleep between looks at dead ranks and output; replies wake us at once
+TICK = 0.05  # longest wait for replies in one look; replies wake the loop at once
 _POOLS: "weakref.WeakSet[Pool]" = weakref.WeakSet()
 
 
@@ -54,8 +57,7 @@ class Pool:
         self.start_timeout = _plan.check_timeout(start_timeout, "start_timeout")
         self.broken: str | None = None
         self.restarts = 0
-        self._procs: RankProcs | None = None
-        self._run_dir: str | None = None
+        self._sup: Supervisor | None = None
         self._cells = 0
         if self.plan.note:
             print(self.plan.note, file=sys.stderr)
@@ -71,57 +73,64 @@ class Pool:
     def backend(self) -> str:
         return self.plan.backend
 
+    @property
+    def _run_dir(self) -> str | None:
+        return self._sup.run_dir if self._sup else None
+
     def _start(self) -> None:
-        n = self.plan.nprocs
-        self._run_dir = run_dir = make_run_dir("dtlab-pool-")
+        run_dir = make_run_dir("dtlab-pool-")
         server = ControlServer(run_dir, write_key(run_dir))
         with open(os.path.join(run_dir, "context.pkl"), "wb") as f:
             cloudpickle.dump(parent_context(), f)
-        self._store = host_store()
-        fr_dir = os.path.join(run_dir, "fr")
-        os.makedirs(fr_dir)
-        envs = _plan.rank_envs(self.plan, self._store.port,
-                               evidence.fr_env(self.plan.backend, fr_dir, self.plan.env))
-        self._procs = procs = RankProcs(os.path.join(run_dir, "logs"), envs,
-                                        ("serve", run_dir, server.address))
+        self._sup = sup = Supervisor(self.plan, "serve", (server.address,), run_dir=run_dir)
         self._conns: dict[int, object] = {}
         self._offsets: dict[int, tuple[int, int]] = {}
         self._info: dict[int, dict] = {}
-        pending = []
-        try:
-            procs.start()
-            pump = output.OutputPump(procs.files, output.LinesSink(out=sys.stderr),
-                                     self.plan.labels())
-            deadline = time.monotonic() + self.start_timeout
-            while len(self._conns) < n:
-                while not server.accepted.empty():
-                    pending.append(server.accepted.get())
-                if not pending:
-                    time.sleep(TICK / 5)
-                for conn in wait_conns(pending, timeout=TICK) if pending else []:
+        failed: dict[int, str] = {}
+        pending: list = []
+
+        def progress(tick: float) -> dict[int, str]:
+            while not server.accepted.empty():
+                pending.append(server.accepted.get())
+            for conn in wait_conns(pending, timeout=tick) if pending else []:
+                pending.remove(conn)
+                try:
                     msg = conn.recv()
-                    pending.remove(conn)
-                    if msg[0] == "failed":
-                        raise RankError([Failure(msg[1], "exception", None, msg[2].strip().splitlines()[-1],
-                                                 msg[2], time.time())], where="dtlab.Pool start")
-                    _, rank, pid, device, offs = msg
-                    self._conns[rank] = conn
-                    self._offsets[rank] = offs
-                    self._info[rank] = {"pid": pid, "device": device, "last_s": None, "cells": 0}
-                pump.pump()
-                dead = {r: c for r, c in procs.poll().items() if c is not None}
-                if dead:
-                    r, code = sorted(dead.items())[0]
-                    stderr = output.read_range(procs.files[r][1])
-                    raise RankError([read_failure(r, code, time.time(), procs.error_files[r],
-                                                  stderr, got_result=False)],
-                                    where="dtlab.Pool start")
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"dtlab.Pool: {n - len(self._conns)} of {n} ranks did not "
-                                       f"start within {self.start_timeout:g} s; see their output "
-                                       f"above, or raise start_timeout=.")
+                except (EOFError, OSError):
+                    continue
+                if isinstance(msg, StartFailed):
+                    failed[msg.rank] = msg.traceback
+                elif isinstance(msg, Ready):
+                    self._conns[msg.rank], self._offsets[msg.rank] = conn, msg.offsets
+                    self._info[msg.rank] = {"pid": msg.pid, "device": msg.device,
+                                            "last_s": None, "cells": 0}
+            if not pending:
+                time.sleep(tick / 5)
+            codes = sup.procs.poll()
+            return {r: FAILED if r in failed else OK if r in self._conns
+                    else RUNNING if codes[r] is None else DEAD for r in codes}
+
+        try:
+            sup.start()
+            pump = output.OutputPump(sup.files, output.LinesSink(out=sys.stderr), self.plan.labels())
+            outcome = sup.wait(list(range(self.nprocs)), progress, pump, self.start_timeout)
             pump.pump()
             pump.close()
+            if failed:
+                raise RankError([Failure(r, "exception", None, tb.strip().splitlines()[-1], tb,
+                                         time.time()) for r, tb in failed.items()],
+                                where="dtlab.Pool start")
+            if outcome == "died":
+                codes = sup.procs.poll()
+                raise RankError([exit_failure(r, c, time.time(), sup.procs.error_files[r],
+                                              output.read_range(sup.files[r][1]), False)
+                                 for r, c in codes.items() if c is not None],
+                                where="dtlab.Pool start")
+            if outcome == "hang":
+                n = self.nprocs
+                raise TimeoutError(f"dtlab.Pool: {n - len(self._conns)} of {n} ranks did not "
+                                   f"start within {self.start_timeout:g} s; see their output "
+                                   f"above, or raise start_timeout=.")
         except BaseException:
             self._teardown(graceful=False)
             raise
@@ -130,27 +139,25 @@ class Pool:
         self.broken = None
 
     def _teardown(self, graceful: bool = True) -> None:
-        procs, self._procs = self._procs, None
-        if procs is not None:
-            if graceful and not self.broken:
-                for conn in self._conns.values():
-                    try:
-                        conn.send(("shutdown",))
-                    except OSError:
-                        pass
-                end = time.monotonic() + 5.0
-                while procs.alive() and time.monotonic() < end:
-                    time.sleep(0.02)
-            procs.stop(grace=1.0)
-        for conn in getattr(self, "_conns", {}).values():
+        sup, self._sup = self._sup, None
+        if sup is None:
+            return
+        if graceful and not self.broken:
+            for conn in self._conns.values():
+                try:
+                    conn.send(Shutdown())
+                except OSError:
+                    pass
+            end = time.monotonic() + 5.0
+            while sup.procs.alive() and time.monotonic() < end:
+                time.sleep(0.02)
+        sup.close(grace=1.0)
+        for conn in self._conns.values():
             try:
                 conn.close()
             except OSError:
                 pass
         self._conns = {}
-        if self._run_dir and not os.environ.get("DTLAB_KEEP_RUNS"):
-            shutil.rmtree(self._run_dir, ignore_errors=True)
-        self._run_dir = None
 
     def close(self) -> None:
         """Leave the process group cleanly and end every rank (SIGKILL after 5 s)."""
@@ -179,7 +186,7 @@ class Pool:
         """``fn(*args, **kwargs)`` on every rank -> Results (like :func:`dtlab.run`)."""
         call = pack_call(fn, args, kwargs)
         lines = source_lines_for(fn, *args, *kwargs.values())
-        return self._command(lambda r, cid: ("run", cid, call, lines), None, timeout, "pool.run")
+        return self._command(lambda cid: Run(cid, call, lines), None, timeout, "pool.run")
 
     def exec(self, code: str, ranks: list[int] | None = None, timeout: float | None = None,
              sink=None) -> Results:
@@ -192,33 +199,33 @@ class Pool:
         fname = f"<dtlab cell {self._cells}>"
         # the parent keeps the source too, so stacks and tracebacks it prints show the code
         linecache.cache[fname] = (len(code), None, code.splitlines(keepends=True), fname)
-        return self._command(lambda r, cid: ("exec", cid, code, fname), ranks, timeout,
-                             "pool.exec", sink=sink)
+        return self._command(lambda cid: Exec(cid, code, fname), ranks, timeout, "pool.exec",
+                             sink=sink)
 
     def push(self, **variables) -> None:
         """Set ``name = value`` in every rank's namespace."""
         for name, v in variables.items():
             dumps_checked(v, f"pool.push({name}=...) value ({type(v).__name__})")
         blob = dumps(variables)
-        self._command(lambda r, cid: ("push", cid, blob), None, None, "pool.push", quiet=True)
+        self._command(lambda cid: Push(cid, blob), None, None, "pool.push", quiet=True)
 
     def pull(self, name: str, ranks: list[int] | None = None) -> dict:
         """``{rank: value of name}`` from the ranks' namespaces (tensors come back on the CPU)."""
-        res = self._command(lambda r, cid: ("pull", cid, name), ranks, 60.0, "pool.pull", quiet=True)
+        res = self._command(lambda cid: Pull(cid, name), ranks, 60.0, "pool.pull", quiet=True)
         return {r.rank: r.value for r in res}
 
     def status(self) -> list[dict]:
         """Per rank: pid, device, alive, busy, cells run, last cell's duration."""
-        codes = self._procs.poll() if self._procs else {}
+        codes = self._sup.procs.poll() if self._sup else {}
         out = []
         for r in range(self.nprocs):
-            info = self._info.get(r, {}) if self._procs else {}
+            info = self._info.get(r, {}) if self._sup else {}
             out.append({"rank": r, "pid": info.get("pid"), "device": info.get("device"),
                         "alive": codes.get(r, 1) is None, "busy": info.get("busy", False),
                         "cells": info.get("cells", 0), "last_s": info.get("last_s")})
         return out
 
-    # -- the wait loop ------------------------------------------------------------------------------
+    # -- one command ----------------------------------------------------------------------------------
     def _check_usable(self, ranks) -> list[int]:
         if self.broken:
             raise PoolBrokenError(f"dtlab.Pool is not usable ({self.broken}); call pool.restart() "
@@ -233,63 +240,57 @@ class Pool:
     def _command(self, make_msg, ranks, timeout, what, sink=None, quiet=False) -> Results:
         targets = self._check_usable(ranks)
         timeout = _plan.check_timeout(timeout)
-        procs = self._procs
+        sup = self._sup
+        sup.stacks.clear()
         starts = {r: self._offsets[r] for r in targets}
         sink = output.NullSink() if quiet else (sink or output.choose_sink())
-        pump = output.OutputPump({r: procs.files[r] for r in targets}, sink,
+        pump = output.OutputPump({r: sup.files[r] for r in targets}, sink,
                                  self.plan.labels(), starts=starts)
-        cid = os.urandom(4).hex()
-        replies: dict[int, tuple] = {}
-        outcome = "done"
+        msg = make_msg(os.urandom(4).hex())
+        replies: dict[int, Done] = {}
+        died = False
         for r in targets:
             try:
-                self._conns[r].send(make_msg(r, cid))
+                self._conns[r].send(msg)
             except OSError:  # the rank died since the last cell
-                outcome = "died"
+                died = True
             self._info[r]["busy"] = True
+
+        def progress(tick: float) -> dict[int, str]:
+            self._take_replies(targets, replies, tick)
+            codes = sup.procs.poll()
+            return {r: DEAD if codes[r] is not None else OK if r not in targets
+                    or (r in replies and replies[r].ok) else FAILED if r in replies
+                    else RUNNING for r in codes}
+
         t0 = time.monotonic()
-        deadline = None if timeout is None else t0 + timeout
-        first_fail = None
         try:
-            while outcome == "done" and len(replies) < len(targets):
-                new = self._take_replies(targets, replies)
-                if first_fail is None and any(not replies[r][2] for r in new):
-                    first_fail = time.monotonic()
-                pump.pump()
-                if any(procs.poll()[r] is not None for r in range(self.nprocs)):
-                    outcome = "died"
-                    break
-                now = time.monotonic()
-                if first_fail is not None and now - first_fail > FAILURE_GRACE:
-                    outcome = "stuck"
-                    break
-                if deadline is not None and now > deadline:
-                    outcome = "hang"
-                    break
+            outcome = "died" if died else sup.wait(list(range(self.nprocs)), progress, pump,
+                                                   timeout)
         except KeyboardInterrupt:
-            busy = [r for r in targets if r not in replies]
-            self._interrupt(busy, replies)
-            pump.pump()
-            pump.close()
-            left = [r for r in busy if r not in replies]
-            if left:
-                self.restart()
-                print(f"dtlab: interrupted; rank(s) {', '.join(map(str, left))} could not be "
-                      f"interrupted (blocked in a collective?): the pool was restarted "
-                      f"(namespaces reset).", file=sys.stderr)
-            else:
-                print("dtlab: interrupted the ranks' current cell; the pool is ready.",
-                      file=sys.stderr)
-            self._mark_idle(targets)
+            self._on_interrupt(targets, replies, pump)
             raise
-        self._mark_idle(targets)
-        pump.pump(until={r: replies[r][5] for r in replies})
+        finally:
+            for r in targets:
+                self._info[r]["busy"] = False
+        pump.pump(until={r: d.offsets for r, d in replies.items()})
         pump.close()
         return self._conclude(outcome, what, targets, replies, starts, timeout, t0)
 
-    def _mark_idle(self, targets):
-        for r in targets:
-            self._info[r]["busy"] = False
+    def _on_interrupt(self, targets, replies, pump) -> None:
+        busy = [r for r in targets if r not in replies]
+        self._interrupt(busy, replies)
+        pump.pump()
+        pump.close()
+        left = [r for r in busy if r not in replies]
+        if left:
+            self.restart()
+            print(f"dtlab: interrupted; rank(s) {', '.join(map(str, left))} could not be "
+                  f"interrupted (blocked in a collective?): the pool was restarted "
+                  f"(namespaces reset).", file=sys.stderr)
+        else:
+            print("dtlab: interrupted the ranks' current cell; the pool is ready.",
+                  file=sys.stderr)
 
     def _interrupt(self, busy: list[int], replies: dict, wait: float = 3.0) -> None:
         """SIGINT the busy ranks; collect the replies of those that come back."""
@@ -300,83 +301,81 @@ class Pool:
                 pass
         end = time.monotonic() + wait
         while time.monotonic() < end and any(r not in replies for r in busy):
-            self._take_replies(busy, replies)
+            self._take_replies(busy, replies, TICK)
 
-    def _take_replies(self, ranks: list[int], replies: dict) -> list[int]:
-        """Wait up to one tick for answers from ``ranks`` still owing one; record each (and
-        where its output ends). Returns the ranks that answered."""
+    def _take_replies(self, ranks: list[int], replies: dict, tick: float) -> None:
+        """Wait up to ``tick`` for answers from ``ranks`` still owing one; record each (and
+        where its output ends)."""
         waiting = {self._conns[r]: r for r in ranks if r not in replies}
-        got = []
-        for conn in wait_conns(list(waiting), timeout=TICK):
+        for conn in wait_conns(list(waiting), timeout=min(tick, TICK)) if waiting else []:
             try:
                 msg = conn.recv()
             except (EOFError, OSError):
                 continue  # the process is dying; poll() reports it
             r = waiting[conn]
             replies[r] = msg
-            self._offsets[r] = msg[5]
-            got.append(r)
-        return got
+            self._offsets[r] = msg.offsets
+        if not waiting:
+            time.sleep(tick)
 
     def _conclude(self, outcome, what, targets, replies, starts, timeout, t0) -> Results:
-        procs = self._procs
-        ranks = []
-        failures = []
+        sup = self._sup
+        ranks, failures = [], []
         for r in targets:
-            out, err = procs.files[r]
-            end = replies[r][5] if r in replies else (None, None)
+            out, err = sup.files[r]
+            end = replies[r].offsets if r in replies else (None, None)
             rr = RankResult(rank=r, pid=self._info[r]["pid"], device=self.plan.devices[r],
                             stdout=output.read_range(out, starts[r][0], end[0]),
                             stderr=output.read_range(err, starts[r][1], end[1]))
-            if r in replies:
-                _, _, ok, payload, dur, _ = replies[r]
-                rr.exit_code = None  # the rank lives on
-                if ok:
-                    rr.value = cloudpickle.loads(payload) if payload is not None else None
-                    rr.duration_s = dur
-                    self._info[r].update(last_s=dur, cells=self._info[r]["cells"] + 1)
-                else:
-                    failures.append(Failure(r, "exception", None, payload.strip().splitlines()[-1],
-                                            payload, t0 + dur))
+            d = replies.get(r)
+            if d is not None and d.ok:
+                try:
+                    rr.value = cloudpickle.loads(d.payload) if d.payload is not None else None
+                    rr.duration_s = d.seconds
+                    self._info[r].update(last_s=d.seconds, cells=self._info[r]["cells"] + 1)
+                except Exception as e:  # a class the parent cannot import, say
+                    failures.append(Failure(r, "bad_result", None, "its value could not be "
+                                            f"unpickled in the parent: {type(e).__name__}: {e}",
+                                            f"{type(e).__name__}: {e}", t0 + d.seconds))
+            elif d is not None:
+                failures.append(Failure(r, "exception", None, d.payload.strip().splitlines()[-1],
+                                        d.payload, t0 + d.seconds))
             ranks.append(rr)
         results = Results(ranks=ranks, backend=self.backend, wall_s=time.monotonic() - t0)
+        codes = sup.procs.poll()
+        busy = [r for r in targets if r not in replies and codes[r] is None]
         if outcome == "done":
             if failures:
                 raise RankError(failures, results, where=what)
             return results
-        codes = procs.poll()
-        busy = [r for r in targets if r not in replies and codes[r] is None]
         if outcome == "died":
-            for r, code in codes.items():
-                if code is not None:
-                    failures.append(read_failure(r, code, procs.exit_times.get(r, time.time()), "",
-                                                 output.read_range(procs.files[r][1]), False))
+            dead = [r for r, c in codes.items() if c is not None]
+            for r in dead:  # its last words: what it wrote during this command only
+                since = starts.get(r, self._offsets.get(r, (0, 0)))[1]
+                failures.append(exit_failure(r, codes[r], sup.procs.exit_times.get(r, time.time()),
+                                             "", output.read_range(sup.files[r][1], since), False))
             self._teardown(graceful=False)
-            self.broken = f"rank(s) {', '.join(str(r) for r, c in codes.items() if c is not None)} died"
+            self.broken = f"rank(s) {', '.join(map(str, dead))} died"
             err = RankError(failures, results, stopped=busy, where=what)
-            err.args = (err.args[0] + f"\nThe pool is broken ({self.broken}): call pool.restart().",)
+            err.notes.append(f"The pool is broken ({self.broken}): call pool.restart().")
             raise err
-        if outcome == "stuck":
+        if outcome == "failed":
             self._interrupt(busy, {}, wait=0.0)
             self.restart()
             err = RankError(failures, results, stopped=busy, where=what)
-            err.args = (err.args[0] + f"\nRank(s) {', '.join(map(str, busy))} did not finish "
-                        f"(waiting in a collective for the failed rank?): the pool was restarted, "
-                        f"namespaces are reset.",)
+            err.notes.append(f"Rank(s) {', '.join(map(str, busy))} did not finish (waiting in a "
+                             f"collective for the failed rank?): the pool was restarted, "
+                             f"namespaces are reset.")
             raise err
-        # hang: the stacks (and NCCL's Flight Recorder) of the stuck ranks, then a diagnosis,
-        # all before the restart wipes the ranks and their folder
-        method, stacks = evidence.examine_stuck({r: self._info[r]["pid"] for r in busy},
-                                                self._run_dir, self.backend)
-        err = HangError(timeout, stacks, results, method=method, where=what,
+        # hang: the supervisor took the stuck ranks' stacks (and NCCL's Flight Recorder) at the
+        # deadline; the evidence and its diagnosis are made before the restart wipes the folder
+        stacks = sup.stacks["timeout"]
+        err = HangError(timeout, stacks, results, method=sup.stack_method, where=what,
                         finished=[r for r in targets if r in replies])
-        out = evidence.write_evidence(os.path.join(self._run_dir, "evidence"), results, {
-            "backend": self.backend, "nprocs": self.nprocs, "timeout_s": timeout,
-            "outcome": "hang", "error": "HangError", "stopped_by_dtlab": busy,
-            "stack_method": method}, {"timeout": stacks}, os.path.join(self._run_dir, "fr"))
-        evidence.attach_diagnosis(err, out)
+        sup.write_evidence(results, {"timeout_s": timeout, "outcome": "hang", "error": "HangError",
+                                     "stopped_by_dtlab": busy}, err=err)
         self.restart()
-        err.args = (err.args[0] + "\nThe pool restarted itself: fresh ranks, namespaces reset.",)
+        err.notes.append("The pool restarted itself: fresh ranks, namespaces reset.")
         raise err
 
 

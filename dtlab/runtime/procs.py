@@ -12,7 +12,8 @@ What dtlab adds:
 * ``stop()`` escalates SIGTERM -> SIGKILL over each rank's whole process group *and* every
   descendant found with psutil (a DataLoader worker, a shell a rank started), and never lets a
   second Ctrl-C leave half the ranks alive;
-* every live launch is stopped at interpreter exit.
+* every live launch is stopped at interpreter exit (and, if the interpreter is killed, by the
+  launch's reaper, :mod:`.reaper`).
 """
 
 from __future__ import annotations
@@ -52,7 +53,6 @@ class RankProcs:
         n = len(self.envs)
         on_main = threading.current_thread() is threading.main_thread()
         saved = {s: signal.getsignal(s) for s in _HANDLED} if on_main else {}
-        envs = {r: dict(e, DTLAB_PDEATHSIG="1" if on_main else "0") for r, e in self.envs.items()}
         # an interrupt half-way through starting would lose the Popen handles made so far:
         # hold SIGINT until every rank is accounted for, then let it through
         masked = on_main and hasattr(signal, "pthread_sigmask")
@@ -63,7 +63,7 @@ class RankProcs:
                 name="dtlab",
                 entrypoint=sys.executable,
                 args={r: ("-m", "dtlab.runtime.worker", *self.worker_args) for r in range(n)},
-                envs=envs,
+                envs=self.envs,
                 logs_specs=specs,
             )
             _LIVE.add(self)

@@ -1,17 +1,16 @@
-"""The rank side: one fresh interpreter per rank, started by :mod:`dtlab.runtime.procs`.
+"""The rank side's one init/cleanup path, shared by both modes of :mod:`.worker`.
 
-``python -m dtlab.runtime.worker oneshot RUN_DIR``   run one call, write its result, exit
-``python -m dtlab.runtime.worker serve RUN_DIR``     serve a :class:`dtlab.Pool` until closed
-
-Both modes share one init/cleanup path (:func:`bootstrap`, :func:`init_process_group`,
-:func:`finish`): watch the parent, arm the stack dump, restore the parent's import path, join
-the process group, and on the way out flush every byte of output (C stdio too).
+:func:`bootstrap` (watch the parent, become the reaper of this rank's own descendants, arm the
+stack dump, restore the parent's import path), :func:`init_process_group`, and :func:`finish`
+(flush every byte of output, C stdio too; end every descendant; exit). Plus how a rank reports
+what happened: :func:`record_failure` (torch elastic's error-file format) and :func:`dump_value`.
 """
 
 from __future__ import annotations
 
 import ctypes
 import faulthandler
+import io
 import json
 import linecache
 import os
@@ -23,7 +22,6 @@ import traceback
 
 import cloudpickle
 
-from . import evidence
 from .payload import ShippingPickler
 from .stacks import STACK_SIGNAL
 
@@ -33,38 +31,64 @@ _runtime_dir = os.path.dirname(os.path.abspath(__file__)) + os.sep
 # --- bootstrap -------------------------------------------------------------------------------
 
 def _watch_parent() -> None:
-    """Die with the parent: PR_SET_PDEATHSIG where the launcher allows it, plus a polling thread
-    (covers macOS and a parent whose launching thread outlives the signal's reach)."""
+    """End this rank and everything it started if the parent goes away.
+
+    The parent's reaper (:mod:`.reaper`) does this from outside the instant the parent dies;
+    this thread is the second line, for a reaper that was itself killed. No PR_SET_PDEATHSIG:
+    a rank killed by the kernel at once would orphan its own children to init, out of reach.
+    """
     parent = int(os.environ.get("DTLAB_PARENT_PID", "0") or 0)
     if not parent:
         return
-    if os.environ.get("DTLAB_PDEATHSIG") == "1" and sys.platform.startswith("linux"):
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        except Exception:
-            pass
 
     def watch():
         while True:
             if os.getppid() != parent:
-                _kill_own_group()
+                _die(137)
             time.sleep(0.5)
 
     if os.getppid() != parent:  # the parent died before we armed anything
-        _kill_own_group()
+        _die(137)
     threading.Thread(target=watch, name="dtlab-parent-watch", daemon=True).start()
 
 
-def _kill_own_group() -> None:
+def _become_subreaper() -> None:
+    """PR_SET_CHILD_SUBREAPER: a descendant orphaned by its parent (a daemon that double-forked,
+    a child whose shell exited) is re-parented to this rank instead of init, so the rank's
+    process tree always holds everything it started (ARCHITECTURE.md, "Nothing survives")."""
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+        except Exception:
+            pass
+
+
+def end_descendants(grace: float = 0.5) -> None:
+    """SIGTERM every process this rank started (own sessions too), SIGKILL what is left."""
+    try:
+        import psutil
+
+        kids = psutil.Process().children(recursive=True)
+        for k in kids:
+            k.send_signal(signal.SIGTERM)
+        _, alive = psutil.wait_procs(kids, timeout=grace)
+        for k in alive:
+            k.kill()
+    except Exception:
+        pass
+
+
+def _die(code: int) -> None:
+    end_descendants(grace=0.0)
     try:
         os.killpg(os.getpgid(0), signal.SIGKILL)
     finally:
-        os._exit(137)
+        os._exit(code)
 
 
 def bootstrap(run_dir: str) -> dict:
     """Everything a rank does before user code: returns the parent's context."""
+    _become_subreaper()
     _watch_parent()
     # the launcher holds SIGINT blocked while it starts ranks, and a blocked mask is inherited
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
@@ -134,13 +158,14 @@ def finish(code: int, destroy: bool) -> None:
         except Exception:
             pass
         flush_output()
+    end_descendants()  # nothing a rank started outlives it (ARCHITECTURE.md)
     # os._exit: a failed rank must not wait on communicator destructors or atexit hooks
     os._exit(code)
 
 
 # --- results and failures --------------------------------------------------------------------
 
-class _ResultPickler(ShippingPickler):
+class ResultPickler(ShippingPickler):
     """cloudpickle, with tensors on any device coming back to the parent on the CPU."""
 
     def reducer_override(self, obj):
@@ -150,10 +175,16 @@ class _ResultPickler(ShippingPickler):
         return super().reducer_override(obj)
 
 
+def dumps_value(value) -> bytes:
+    buf = io.BytesIO()
+    ResultPickler(buf).dump(value)
+    return buf.getvalue()
+
+
 def dump_value(value, path: str) -> None:
     tmp = path + ".tmp"
     with open(tmp, "wb") as f:
-        _ResultPickler(f).dump(value)
+        ResultPickler(f).dump(value)
     os.replace(tmp, path)
 
 
@@ -174,8 +205,10 @@ def record_failure(e: BaseException, to_file: bool = True) -> str:
     path = os.environ.get("TORCHELASTIC_ERROR_FILE") if to_file else None
     if path:
         now = time.time_ns()
+        summary = (f"fn called sys.exit({e.code!r})" if isinstance(e, SystemExit)
+                   else f"{type(e).__name__}: {e}")
         data = {"message": {
-            "message": f"{type(e).__name__}: {e}",
+            "message": summary,
             "extraInfo": {"py_callstack": text, "timestamp": str(now // 10**9),
                           "timestamp_ns": str(now), "exc_type": type(e).__name__}}}
         with open(path, "w") as f:
@@ -183,49 +216,13 @@ def record_failure(e: BaseException, to_file: bool = True) -> str:
     return text
 
 
-# --- modes -----------------------------------------------------------------------------------
-
-def oneshot(run_dir: str) -> None:
-    rank = int(os.environ["RANK"])
-    joined = False
+def collectives_issued() -> int | None:
+    """How many collectives this rank has issued on the default group (torch's own count)."""
     try:
-        with open(os.path.join(run_dir, "call.pkl"), "rb") as f:
-            fn, args, kwargs = cloudpickle.load(f)
-        init_process_group()
-        joined = True
-        t0 = time.perf_counter()
-        value = fn(*args, **kwargs)
-        duration = time.perf_counter() - t0
-        try:
-            dump_value({"value": value, "duration_s": duration},
-                       os.path.join(run_dir, f"result-{rank}.pkl"))
-        except Exception as pe:
-            raise TypeError(f"fn returned {type(value).__name__} on rank {rank}, which cannot be "
-                            f"sent back to the parent ({pe}); return plain data, tensors or "
-                            f"arrays instead") from None
-    except SystemExit as e:  # sys.exit() inside fn: exit with that code, like a script would
-        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-        finish(code, destroy=False)
-    except BaseException as e:
-        record_failure(e)
-        evidence.dump_own_trace(rank)  # the collectives this rank issued, for the post-mortem
-        finish(1, destroy=False)
-    finish(0, destroy=joined)
+        import torch.distributed as dist
 
-
-def main(argv: list[str] | None = None) -> None:
-    argv = sys.argv[1:] if argv is None else argv
-    mode, run_dir = argv[0], argv[1]
-    bootstrap(run_dir)
-    if mode == "oneshot":
-        oneshot(run_dir)
-    elif mode == "serve":
-        from .serve import serve
-
-        serve(run_dir, *argv[2:])
-    else:
-        raise SystemExit(f"dtlab worker: unknown mode {mode!r}")
-
-
-if __name__ == "__main__":
-    main()
+        if dist.is_initialized():
+            return int(dist.distributed_c10d._get_default_group()._get_sequence_number_for_group())
+    except Exception:
+        pass
+    return None

@@ -1,19 +1,9 @@
 """The rank side of :class:`dtlab.Pool`: join the group once, then run commands until told to stop.
 
-Messages from the parent (already authenticated, see :mod:`.channel`):
-
-    ("run",  id, pickled (fn, args, kwargs), source lines)   call fn in this rank
-    ("exec", id, source text, filename)                       run a cell in the rank's namespace
-    ("push", id, pickled {name: value})                       set names in the namespace
-    ("pull", id, name)                                        send a name's value back
-    ("shutdown",)                                             leave the group and exit
-
-Every command is answered with ("done", id, ok, payload, seconds, (stdout_end, stderr_end)):
-payload is the pickled value, or the traceback text; the two offsets say where this command's
-output ends in the rank's log files, so the parent shows each cell exactly its own output.
-
-An interrupt (SIGINT from the parent) raises KeyboardInterrupt only while user code runs; the
-rank then answers "interrupted" and waits for the next command with its namespace intact.
+The messages are :mod:`.messages` (already authenticated, see :mod:`.channel`). Every command
+is answered with one ``Done``. An interrupt (SIGINT from the parent) raises KeyboardInterrupt
+only while user code runs; the rank then answers "interrupted" and waits for the next command
+with its namespace intact.
 """
 
 from __future__ import annotations
@@ -28,8 +18,9 @@ from multiprocessing.connection import Client
 
 import cloudpickle
 
-from . import worker
+from . import rankside
 from .channel import read_key
+from .messages import Done, Exec, Pull, Push, Ready, Run, Shutdown, StartFailed
 
 _in_user_code = False
 
@@ -58,26 +49,24 @@ def run_cell(source: str, filename: str, ns: dict):
     return None
 
 
-def handle(msg: tuple, ns: dict):
+def handle(msg, ns: dict):
     global _in_user_code
-    kind = msg[0]
-    if kind == "pull":
-        name = msg[2]
-        if name not in ns:
-            raise NameError(f"name {name!r} is not defined on rank {ns['rank']}")
-        return ns[name]
+    if isinstance(msg, Pull):
+        if msg.name not in ns:
+            raise NameError(f"name {msg.name!r} is not defined on rank {ns['rank']}")
+        return ns[msg.name]
     _in_user_code = True
     try:
-        if kind == "run":
-            worker.add_source_lines(msg[3])
-            fn, args, kwargs = cloudpickle.loads(msg[2])
+        if isinstance(msg, Run):
+            rankside.add_source_lines(msg.lines)
+            fn, args, kwargs = cloudpickle.loads(msg.call)
             return fn(*args, **kwargs)
-        if kind == "exec":
-            return run_cell(msg[2], msg[3], ns)
-        if kind == "push":
-            ns.update(cloudpickle.loads(msg[2]))
+        if isinstance(msg, Exec):
+            return run_cell(msg.source, msg.filename, ns)
+        if isinstance(msg, Push):
+            ns.update(cloudpickle.loads(msg.blob))
             return None
-        raise ValueError(f"unknown command {kind!r}")
+        raise ValueError(f"unknown command {msg!r}")
     finally:
         _in_user_code = False
 
@@ -90,48 +79,39 @@ def serve(run_dir: str, address: str) -> None:
     conn = Client(address, family="AF_UNIX", authkey=read_key(run_dir))
     signal.signal(signal.SIGINT, _on_sigint)
     try:
-        device = worker.init_process_group()
+        device = rankside.init_process_group()
     except BaseException as e:
-        conn.send(("failed", rank, worker.record_failure(e)))
-        worker.finish(1, destroy=False)
+        conn.send(StartFailed(rank, rankside.record_failure(e)))
+        rankside.finish(1, destroy=False)
     ns = {"__name__": "__dtlab__", "rank": rank, "world_size": dist.get_world_size(),
           "device": device, "torch": torch, "dist": dist}
-    worker.flush_output()
-    conn.send(("ready", rank, os.getpid(), str(device), _offsets()))
+    rankside.flush_output()
+    conn.send(Ready(rank, os.getpid(), str(device), _offsets()))
     while True:
         try:
             msg = conn.recv()
         except KeyboardInterrupt:
             continue
         except (EOFError, OSError):  # the parent is gone
-            worker.finish(0, destroy=False)
-        if msg[0] == "shutdown":
+            rankside.finish(0, destroy=False)
+        if isinstance(msg, Shutdown):
             break
-        cid = msg[1]
         t0 = time.perf_counter()
         try:
             value = handle(msg, ns)
             ok, payload = True, None
             try:
-                payload = _dumps(value)
+                payload = rankside.dumps_value(value)
             except Exception as pe:
                 ok, payload = False, (f"TypeError: the value on rank {rank} "
                                       f"({type(value).__name__}) cannot be sent back: {pe}\n")
                 sys.stderr.write(payload)
         except KeyboardInterrupt as e:
-            ok, payload = False, worker.user_traceback(e) + "(interrupted)\n"
+            ok, payload = False, rankside.user_traceback(e) + "(interrupted)\n"
             sys.stderr.write("KeyboardInterrupt: interrupted by the parent\n")
         except BaseException as e:  # SystemExit too: a cell must not end the rank
-            ok, payload = False, worker.record_failure(e, to_file=False)
+            ok, payload = False, rankside.record_failure(e, to_file=False)
         dur = time.perf_counter() - t0
-        worker.flush_output()
-        conn.send(("done", cid, ok, payload, dur, _offsets()))
-    worker.finish(0, destroy=True)
-
-
-def _dumps(value) -> bytes:
-    import io
-
-    buf = io.BytesIO()
-    worker._ResultPickler(buf).dump(value)
-    return buf.getvalue()
+        rankside.flush_output()
+        conn.send(Done(msg.id, ok, payload, dur, _offsets()))
+    rankside.finish(0, destroy=True)

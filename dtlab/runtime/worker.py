@@ -1,0 +1,70 @@
+"""The rank side: one fresh interpreter per rank, started by :mod:`dtlab.runtime.procs`.
+
+``python -m dtlab.runtime.worker oneshot RUN_DIR``          run one call, write its result, exit
+``python -m dtlab.runtime.worker serve RUN_DIR SOCKET``     serve a :class:`dtlab.Pool` until closed
+
+Both modes share one init/cleanup path (:mod:`.rankside`). What a one-shot rank leaves in
+RUN_DIR for the parent (ARCHITECTURE.md, "The run folder"): ``result-<rank>.pkl`` with the value,
+the time spent in ``fn``, when it returned and how many collectives it had issued -- or, when it
+fails, torch elastic's error file and a Flight Recorder dump.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import cloudpickle
+
+from . import rankside
+from .evidence import dump_own_trace
+
+
+def oneshot(run_dir: str) -> None:
+    rank = int(os.environ["RANK"])
+    joined = False
+    try:
+        with open(os.path.join(run_dir, "call.pkl"), "rb") as f:
+            fn, args, kwargs = cloudpickle.load(f)
+        rankside.init_process_group()
+        joined = True
+        t0 = time.perf_counter()
+        value = fn(*args, **kwargs)
+        duration = time.perf_counter() - t0
+        result = {"value": value, "duration_s": duration, "end_ns": time.time_ns(),
+                  "collectives": rankside.collectives_issued()}
+        try:
+            rankside.dump_value(result, os.path.join(run_dir, f"result-{rank}.pkl"))
+        except Exception as pe:
+            raise TypeError(f"fn returned {type(value).__name__} on rank {rank}, which cannot be "
+                            f"sent back to the parent ({pe}); return plain data, tensors or "
+                            f"arrays instead") from None
+    except SystemExit as e:  # sys.exit() inside fn: exit with that code, as a script would
+        if e.code not in (None, 0):
+            rankside.record_failure(e)  # says which call, and keeps sys.exit("text")'s text
+        rankside.finish(e.code if isinstance(e.code, int) else 0 if e.code is None else 1,
+                        destroy=False)
+    except BaseException as e:
+        rankside.record_failure(e)
+        dump_own_trace(rank)  # the collectives this rank issued, for the post-mortem
+        rankside.finish(1, destroy=False)
+    rankside.finish(0, destroy=joined)
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    mode, run_dir = argv[0], argv[1]
+    rankside.bootstrap(run_dir)
+    if mode == "oneshot":
+        oneshot(run_dir)
+    elif mode == "serve":
+        from .serve import serve
+
+        serve(run_dir, *argv[2:])
+    else:
+        raise SystemExit(f"dtlab worker: unknown mode {mode!r}")
+
+
+if __name__ == "__main__":
+    main()
