@@ -34,14 +34,10 @@ from .divergence import divergence
 from .groups import group, select, world
 from .model import Call, CommView, Communicator, Transport
 from .result import NcclLog
-from .sources import Sources, numbered_lines, read_sources
+from .sources import NotAnNcclLog, Sources, numbered_lines, read_sources
 
 __all__ = ["parse", "NcclLog", "NotAnNcclLog", "divergence", "Call", "CommView",
            "Communicator", "Transport"]
-
-
-class NotAnNcclLog(ValueError):
-    """A file (or text) with no NCCL line in it at all."""
 
 
 def parse(src: Sources, comm: str | int | None = None) -> NcclLog:
@@ -80,4 +76,5 @@ def parse(src: Sources, comm: str | int | None = None) -> NcclLog:
         versions={label(k): v for k, v in asm.versions.items()},
         env_by_process={label(k): asm.env.get(k, {}) for k in asm.processes},
         networks={label(k): v for k, v in asm.networks.items()},
-        warnings=asm.warnings, errors=asm.errors)
+        warnings=asm.warnings, errors=asm.errors,
+        overlong_lines={s.name: s.overlong for s in sources if s.overlong})

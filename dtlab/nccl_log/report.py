@@ -16,6 +16,7 @@ from pathlib import Path
 
 from .model import Call
 from .result import NcclLog
+from .sources import MAX_LINE
 
 
 def _dash(x) -> str:
@@ -61,6 +62,9 @@ def summary(log: NcclLog) -> str:
     out.append("env overrides: " + (", ".join(f"{k}={v}" for k, v in env.items()) or "none"))
     for k, vals in log.env_mismatch.items():
         out.append(f"  !! {k} differs between processes: {vals}")
+    if log.overlong_lines:  # said early: it holds even when no communicator was found
+        out.append(f"skipped lines longer than {MAX_LINE // 1024} KiB (not NCCL's): " + ", ".join(
+            f"{n} in {name}" for name, n in log.overlong_lines.items()))
     c = log.selected
     if c is None:
         out.append("no communicator found (no INIT or COLL lines)")

@@ -31,6 +31,8 @@ class NcclLog:
     warnings: list[dict] = field(default_factory=list)
     errors: list[dict] = field(default_factory=list)
     skipped_sources: list[str] = field(default_factory=list)
+    overlong_lines: dict[str, int] = field(default_factory=dict)  # source -> lines skipped as
+    # longer than sources.MAX_LINE (no NCCL line is)
 
     # ---- single facts, merged over processes ----
     @property
@@ -101,6 +103,7 @@ class NcclLog:
             "versions": {p: v for p, (v, _) in sorted(self.versions.items())},
             "sources": self.sources,
             "skipped_sources": self.skipped_sources,
+            "overlong_lines": self.overlong_lines,
             "processes": self.processes,
             "world_size": self.world_size,
             "world": self.world.key if self.world else None,

@@ -49,21 +49,21 @@ def debug_env(folder: str | os.PathLike) -> dict[str, str]:
 def _per_call(paths: list[Path]) -> dict[tuple[str, int], tuple[str, str, int | None]]:
     """(NCCL function, bytes) -> the (algorithm, protocol, channels) most of its calls got."""
     from ..nccl_log import lines
+    from ..nccl_log.sources import Source, numbered_lines
 
     seen: dict[tuple[str, int], Counter] = {}
-    for p in paths:
-        with open(p, errors="replace") as f:
-            for text in f:
-                if "Bytes -> Algo" not in text:  # cheap filter: most lines are something else
-                    continue
-                rec = lines.split_line(text)
-                got = lines.algo(rec.msg) if rec else None
-                if not got or got["op"] is None:
-                    continue
-                lo_hi = got.get("channels")
-                nch = lo_hi[1] - lo_hi[0] + 1 if lo_hi else None
-                seen.setdefault((got["op"], got["bytes"]), Counter())[
-                    (got["algorithm"], got["protocol"], nch)] += 1
+    # numbered_lines: line by line, overlong lines skipped (memory stays bounded)
+    for _, _, text in numbered_lines([Source(str(p), False, path=str(p)) for p in paths]):
+        if "Bytes -> Algo" not in text:  # cheap filter: most lines are something else
+            continue
+        rec = lines.split_line(text)
+        got = lines.algo(rec.msg) if rec else None
+        if not got or got["op"] is None:
+            continue
+        lo_hi = got.get("channels")
+        nch = lo_hi[1] - lo_hi[0] + 1 if lo_hi else None
+        seen.setdefault((got["op"], got["bytes"]), Counter())[
+            (got["algorithm"], got["protocol"], nch)] += 1
     return {key: c.most_common(1)[0][0] for key, c in seen.items()}
 
 
