@@ -6,12 +6,49 @@
     dtlab course release|validate|autograde|feedback|report   the nbgrader course (dtlab.course)
     dtlab hang KIND [--nprocs N] [--backend B] [--out DIR]    reproduce a failure (dtlab.hang)
     dtlab diagnose DIR [--json]             name the cause from the evidence (dtlab.hang)
+
+Bad input -- a wrong flag value, a file that is not there -- is one line on stderr,
+``dtlab CMD: what is wrong and what to do``, and exit status 2, before any rank starts
+(DESIGN.md, CLI). Each command checks its arguments inside ``with arguments():``; only what is
+raised there, and :class:`dtlab.LaunchError` (raised before a launch by definition), is reported
+that way. A failure while ranks run keeps its traceback: it is not the user's typo.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import math
+import os
+import re
 import sys
+
+
+class BadInput(ValueError):
+    """A command's arguments are wrong; nothing has run."""
+
+
+@contextlib.contextmanager
+def arguments(flags: dict[str, str] | None = None):
+    """Checks of a command's arguments go in here: ValueError and FileNotFoundError raised inside
+    become :class:`BadInput`. ``flags`` renames the Python parameters the library's messages name
+    into the command's flags (``{"min_bytes": "-b"}``: "min_bytes='1X' ..." -> "-b '1X' ...")."""
+    try:
+        yield
+    except BadInput:
+        raise
+    except (ValueError, FileNotFoundError) as e:
+        msg = one_line(e)
+        for name, flag in (flags or {}).items():
+            msg = re.sub(rf"(?<![\w-]){name}=", f"{flag} ", msg)
+        raise BadInput(msg) from None
+
+
+def one_line(e: BaseException) -> str:
+    """The error's message on one line (FileNotFoundError: its text, not the errno tuple)."""
+    text = e.args[0] if isinstance(e, (FileNotFoundError, KeyError)) and e.args else str(e)
+    return " ".join(part.strip() for part in str(text).splitlines() if part.strip()) \
+        or type(e).__name__
 
 
 def _doctor(args) -> int:
@@ -26,11 +63,24 @@ def _nccl_log(args) -> int:
     return report.main(args.files, as_json=args.json, comm=args.comm)
 
 
+# the Python parameters dtlab.bench / dtlab.tuning name in their errors -> the flags here
+SWEEP_FLAGS = {"op": "--op", "min_bytes": "-b", "max_bytes": "-e", "factor": "-f",
+               "iters": "-n", "warmup": "-w", "dtype": "-d", "nprocs": "--nprocs",
+               "backend": "--backend", "timeout": "--timeout"}
+
+
 def _bench(args) -> int:
     import json
 
     from . import bench
+    from .bench.engine import make_config
+    from .runtime.plan import check_timeout, resolve
 
+    with arguments(SWEEP_FLAGS):
+        make_config(args.op, args.minbytes, args.maxbytes, args.stepfactor, args.iters,
+                    args.warmup_iters, args.datatype, nprocs=args.nprocs)
+        check_timeout(args.timeout)
+        resolve(args.nprocs, args.backend)
     df = bench.sweep(args.op, args.minbytes, args.maxbytes, args.stepfactor, args.iters,
                      args.warmup_iters, dtype=args.datatype, nprocs=args.nprocs,
                      backend=args.backend, progress=not args.json, timeout=args.timeout)
@@ -53,12 +103,9 @@ def _nccl_tests(args) -> int:
     from .bench import parse_nccl_tests_all, summary_text
 
     reports = []
-    try:
+    with arguments():  # reading is all this command does: a file it cannot read is bad input
         for path in args.files:
             reports += parse_nccl_tests_all(path)
-    except ValueError as e:
-        print(f"dtlab nccl-tests: {e}", file=sys.stderr)
-        return 2
     if args.json:
         print(json.dumps(reports[0] if len(reports) == 1 else reports, indent=1))
     else:
@@ -70,6 +117,8 @@ def _tune(args) -> int:
     import json
 
     from . import tuning
+    from .runtime.plan import check_timeout
+    from .tuning.runner import check as check_sweep
 
     axes = {}
     for dest, var in TUNE_AXES.items():
@@ -77,21 +126,20 @@ def _tune(args) -> int:
         if given:  # "Ring,Tree" -> ["Ring", "Tree"]; "default" -> None (NCCL's own choice)
             axes[var] = [None if v.strip().lower() == "default" else v.strip()
                          for v in given.split(",") if v.strip()]
-    try:
+    sweep_args = dict(op=args.op, min_bytes=args.minbytes, max_bytes=args.maxbytes,
+                      factor=args.stepfactor, iters=args.iters, warmup=args.warmup_iters,
+                      dtype=args.datatype, nprocs=args.nprocs, backend=args.backend)
+    with arguments(SWEEP_FLAGS):  # bad settings, sizes, ranks: nothing ran
         settings = [s for name in (args.preset or "").split(",") if name.strip()
                     for s in tuning.preset(name)]
         if axes:
             settings += tuning.grid(**axes)  # the cartesian product of the flags given
         if not settings:
             settings = tuning.preset("quick")  # default, Ring, Tree, LL, Simple
-        df = tuning.sweep(settings, op=args.op, min_bytes=args.minbytes,
-                          max_bytes=args.maxbytes, factor=args.stepfactor, iters=args.iters,
-                          warmup=args.warmup_iters, dtype=args.datatype, nprocs=args.nprocs,
-                          backend=args.backend, timeout=args.timeout, log_dir=args.log_dir,
-                          progress=True, progress_stream=sys.stderr if args.json else None)
-    except ValueError as e:  # bad settings or sizes (LaunchError is one too): nothing ran
-        print(f"dtlab tune: {e}", file=sys.stderr)
-        return 2
+        check_sweep(settings, **sweep_args)
+        check_timeout(args.timeout)
+    df = tuning.sweep(settings, timeout=args.timeout, log_dir=args.log_dir, progress=True,
+                      progress_stream=sys.stderr if args.json else None, **sweep_args)
     if args.csv:
         df.to_csv(args.csv, index=False)
     if args.plot and (df["status"] == "ok").any():
@@ -114,12 +162,32 @@ def _hang(args) -> int:
     from .hang import reproduce
     from .hang.diagnose import render
 
+    with arguments({"nprocs": "--nprocs", "backend": "--backend", "timeout": "--timeout"}):
+        _check_hang_args(args)
     rep = reproduce(args.kind, nprocs=args.nprocs, backend=args.backend, timeout=args.timeout,
                     out=args.out, detail=args.detail, delay=args.delay)
     print(f"\n{args.kind}: {rep.outcome}" + (f" ({rep.error})" if rep.error else ""))
     print(f"evidence: {rep.out}\n")
     print(render(rep.diagnosis))
     return 0
+
+
+def _check_hang_args(args) -> None:
+    """What :func:`dtlab.hang.reproduce` refuses, checked before it makes a folder or starts
+    ranks (it checks again; a ValueError from inside a run must keep its traceback)."""
+    from .runtime.plan import check_timeout, resolve
+
+    if args.nprocs < 2:
+        raise ValueError(f"--nprocs {args.nprocs}: a distributed failure needs at least 2 ranks "
+                         f"(3, the default, shows the odd one out).")
+    check_timeout(args.timeout)
+    if not (math.isfinite(args.delay) and args.delay >= 0):
+        raise ValueError(f"--delay {args.delay}: give the straggler's lag in seconds, >= 0.")
+    if args.out and os.path.exists(args.out) and (not os.path.isdir(args.out)
+                                                   or os.listdir(args.out)):
+        raise ValueError(f"--out {args.out}: give a new or empty folder, so evidence from two "
+                         f"runs never mixes.")
+    resolve(args.nprocs, args.backend)
 
 
 def _diagnose(args) -> int:
@@ -218,7 +286,9 @@ def build_parser() -> argparse.ArgumentParser:
     dg.add_argument("--no-detail", dest="detail", action="store_false")
     h.set_defaults(func=_hang)
     dgn = sub.add_parser("diagnose", help="name the cause of a hang or crash from an evidence "
-                         "folder (NCCL logs, Flight Recorder, py-spy, console output)")
+                         "folder (NCCL logs, Flight Recorder, py-spy, console output)",
+                         epilog="exit status: 0 no failure found, 1 failure found (named in the "
+                         "output), 2 no usable evidence (or bad arguments)")
     dgn.add_argument("dir", help="the folder to read (any mix of evidence files)")
     dgn.add_argument("--json", action="store_true", help="machine-readable verdict")
     dgn.set_defaults(func=_diagnose)
@@ -237,7 +307,13 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    return args.func(args) or 0
+    from .runtime.errors import LaunchError
+
+    try:
+        return args.func(args) or 0
+    except (BadInput, LaunchError) as e:  # LaunchError: raised before any rank started
+        print(f"dtlab {args.command}: {one_line(e)}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -94,9 +94,7 @@ def sweep(op: str | Sequence[str] = "all_reduce", min_bytes: int | str = 8,
     module docstring; ``df.attrs`` holds "header", "unsupported" and "skipped".
     """
     cfg = make_config(op, min_bytes, max_bytes, factor, iters, warmup, dtype, progress, check,
-                      _inject)
-    if nprocs is not None and pool is None and isinstance(nprocs, int) and nprocs < 2:
-        raise ValueError(f"nprocs={nprocs}: a bandwidth sweep needs at least 2 ranks.")
+                      _inject, nprocs=nprocs if pool is None else None)
     from .timing import run_sweep
 
     sizes = cfg["sizes"]
@@ -124,9 +122,12 @@ def sweep(op: str | Sequence[str] = "all_reduce", min_bytes: int | str = 8,
 
 
 def make_config(op, min_bytes, max_bytes, factor=2, iters=20, warmup=5, dtype="float32",
-                progress=True, check=True, inject=None) -> dict:
+                progress=True, check=True, inject=None, nprocs=None) -> dict:
     """Check :func:`sweep`'s arguments and return what the ranks get
-    (:func:`dtlab.bench.timing.run_sweep`'s one argument); ValueError on bad input."""
+    (:func:`dtlab.bench.timing.run_sweep`'s one argument); ValueError on bad input. ``nprocs``
+    is only checked (the launch decides the rest: a type error there is a LaunchError)."""
+    if isinstance(nprocs, int) and not isinstance(nprocs, bool) and nprocs < 2:
+        raise ValueError(f"nprocs={nprocs}: a bandwidth sweep needs at least 2 ranks.")
     return {"ops": resolve_ops(op), "sizes": sweep_sizes(min_bytes, max_bytes, factor),
             "factor": factor, "iters": _count("iters", iters, 1),
             "warmup": _count("warmup", warmup, 0), "dtype": resolve_dtype(dtype),

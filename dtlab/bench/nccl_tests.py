@@ -65,8 +65,11 @@ def _read(text_or_path) -> tuple[str, str]:
     if isinstance(text_or_path, os.PathLike) or (
             isinstance(text_or_path, str) and "\n" not in text_or_path and len(text_or_path) < 4096):
         path = os.fspath(text_or_path)
-        if not os.path.isfile(path):
+        if not os.path.exists(path):
             raise ValueError(f"{path}: no such file (pass a path to nccl-tests output, or its text).")
+        if not os.path.isfile(path):  # a FIFO or a device would block or never end
+            raise ValueError(f"{path}: not a regular file (pass a file holding nccl-tests "
+                             f"output, or its text).")
         with open(path, encoding="utf-8", errors="replace") as f:
             return f.read(), path
     if not isinstance(text_or_path, str):

@@ -182,6 +182,23 @@ def _notes(backend: str, logging: bool, inherited: dict[str, str]) -> list[str]:
     return notes
 
 
+def check(settings: Any = None, op: str | Sequence[str] = "all_reduce",
+          min_bytes: int | str = "1K", max_bytes: int | str = "256M", factor: int = 2,
+          iters: int = 20, warmup: int = 5, dtype: Any = "float32", nprocs: int | None = None,
+          backend: str = "auto", with_default: bool = True, env: dict | None = None) -> tuple:
+    """Every check :func:`sweep` makes before its first setting runs (ValueError; LaunchError
+    for nprocs/backend): (settings, the ranks' config, the launch plan, the shared env).
+    ``dtlab tune`` calls it first, so that bad input is told apart from a failed run."""
+    from ..bench.engine import make_config
+    from ..runtime import plan as _plan
+
+    chosen = resolve_settings(settings, with_default)
+    cfg = make_config(op, min_bytes, max_bytes, factor, iters, warmup, dtype, progress=False,
+                      nprocs=nprocs)
+    extra = _check_env(env)
+    return chosen, cfg, _plan.resolve(nprocs, backend, extra), extra
+
+
 def sweep(settings: Any = None, op: str | Sequence[str] = "all_reduce",
           min_bytes: int | str = "1K", max_bytes: int | str = "256M", factor: int = 2,
           iters: int = 20, warmup: int = 5, dtype: Any = "float32", nprocs: int | None = None,
@@ -214,16 +231,12 @@ def sweep(settings: Any = None, op: str | Sequence[str] = "all_reduce",
     """
     import pandas as pd
 
-    from ..bench.engine import make_config, result_frame
-    from ..runtime import HangError, RankError, plan as _plan, run
+    from ..bench.engine import result_frame
+    from ..runtime import HangError, RankError, run
     from .progress import Progress
 
-    chosen = resolve_settings(settings, with_default)
-    cfg = make_config(op, min_bytes, max_bytes, factor, iters, warmup, dtype, progress=False)
-    if isinstance(nprocs, int) and not isinstance(nprocs, bool) and nprocs < 2:
-        raise ValueError(f"nprocs={nprocs}: a bandwidth sweep needs at least 2 ranks.")
-    extra = _check_env(env)
-    plan = _plan.resolve(nprocs, backend, extra)  # LaunchError now, not once per setting
+    chosen, cfg, plan, extra = check(settings, op, min_bytes, max_bytes, factor, iters, warmup,
+                                     dtype, nprocs, backend, with_default, env)
     logging = bool(nccl_log) and plan.backend == "nccl"
     own_root = logging and log_dir is None
     root = Path(tempfile.mkdtemp(prefix="dtlab-tune-")) if own_root else \

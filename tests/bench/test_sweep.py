@@ -138,7 +138,7 @@ def test_cli_bench_json_csv_plot(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("kwargs, words", [
-    (dict(op="allreduce2"), "not a collective"),
+    (dict(op="allreduce2"), "is not one of: all_reduce"),
     (dict(min_bytes="1Q"), "not a size"),
     (dict(min_bytes="1M", max_bytes="1K"), "swap"),
     (dict(factor=1), "factor"),

@@ -1,0 +1,119 @@
+"""``dtlab CMD`` with bad input: one line on stderr naming what is wrong, exit status 2, no
+traceback, nothing launched (DESIGN.md, CLI). Every case fails before a rank could start. Each
+command's first case runs as a real ``python -m dtlab`` (all at once: ~0.5 s of start-up each);
+every case also runs in this process through :func:`dtlab.cli.main`, which is what costs nothing."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from dtlab.cli import main
+
+CASES = {  # id: (argv, words the one line must hold)
+    "bench-op": (["bench", "--op", "nope"], "--op 'nope' is not one of: all_reduce"),
+    "bench-size": (["bench", "-b", "1X"], "-b '1X' is not a size"),
+    "bench-order": (["bench", "-b", "1G", "-e", "8"], "swap them"),
+    "bench-nprocs": (["bench", "--nprocs", "0"], "--nprocs 0: a bandwidth sweep needs at least 2"),
+    "bench-dtype": (["bench", "-d", "float7"], "-d 'float7' is not one of: float32"),
+    "bench-iters": (["bench", "-n", "0"], "-n 0 must be a whole number >= 1"),
+    "bench-backend": (["bench", "--backend", "foo"], "--backend 'foo' is not one of"),
+    "bench-timeout": (["bench", "--timeout", "nan"], "--timeout nan must be a positive"),
+    "hang-nprocs": (["hang", "size_mismatch", "--nprocs", "-1"], "--nprocs -1: a distributed"),
+    "hang-backend": (["hang", "size_mismatch", "--backend", "foo"], "--backend 'foo'"),
+    "hang-out": (["hang", "size_mismatch", "--out", "{full}"], "new or empty folder"),
+    "tune-algo": (["tune", "--algo", "Foo"], "NCCL_ALGO='Foo'"),
+    "tune-size": (["tune", "-e", "1Q"], "-e '1Q' is not a size"),
+    "tune-nprocs": (["tune", "--nprocs", "1"], "at least 2 ranks"),
+    "tune-preset": (["tune", "--preset", "nope"], "nope"),
+    "nccl-log-missing": (["nccl-log", "/nonexistent"], "no such NCCL log file"),
+    "nccl-log-fifo": (["nccl-log", "{fifo}"], "not a regular file"),
+    "nccl-log-not-a-log": (["nccl-log", "{text}"], "no NCCL log lines"),
+    "nccl-tests-device": (["nccl-tests", "/dev/null"], "not a regular file"),
+    "nccl-tests-missing": (["nccl-tests", "/nonexistent"], "no such file"),
+    "diagnose-missing": (["diagnose", "/nonexistent"], "is not a folder"),
+}
+
+
+@pytest.fixture(scope="module")
+def paths(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("cli")
+    (tmp / "full").mkdir()
+    (tmp / "full" / "old.txt").write_text("evidence of an earlier run\n")
+    os.mkfifo(tmp / "fifo")  # reading it would block forever: must be refused unread
+    (tmp / "text.log").write_text("just some text, no NCCL line\n")
+    return {"full": tmp / "full", "fifo": tmp / "fifo", "text": tmp / "text.log"}
+
+
+def _argv(case, paths):
+    return [str(a).format(**paths) for a in CASES[case][0]]
+
+
+def _check(case, rc, stdout, stderr):
+    command, words = CASES[case][0][0], CASES[case][1]
+    lines = stderr.splitlines()
+    assert "Traceback" not in stderr, stderr
+    assert rc == 2 and len(lines) == 1, (rc, stderr)
+    assert lines[0].startswith(f"dtlab {command}: ") and words in lines[0], lines[0]
+    assert stdout == ""  # nothing started, nothing to report
+
+
+@pytest.fixture(scope="module")
+def answers(paths):
+    """The first case of each command as a real process, all started at once, then collected."""
+    firsts = {}
+    for case, (argv, _) in CASES.items():
+        firsts.setdefault(argv[0], case)
+    procs = {case: subprocess.Popen([sys.executable, "-m", "dtlab", *_argv(case, paths)],
+                                    text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+             for case in firsts.values()}
+    out = {}
+    for case, p in procs.items():
+        try:
+            stdout, stderr = p.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            stdout, stderr = p.communicate()
+        out[case] = (p.returncode, stdout, stderr)
+    return out
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_bad_input_is_one_line_and_exit_status_2(case, paths, capsys):
+    rc = main(_argv(case, paths))
+    captured = capsys.readouterr()
+    _check(case, rc, captured.out, captured.err)
+
+
+def test_the_same_from_a_terminal(answers):
+    assert len(answers) == 6  # bench, hang, tune, nccl-log, nccl-tests, diagnose
+    for case, (rc, stdout, stderr) in answers.items():
+        _check(case, rc, stdout, stderr)
+
+
+def test_argparse_errors_are_status_2_with_usage():
+    p = subprocess.run([sys.executable, "-m", "dtlab", "hang", "nope"], capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 2 and "invalid choice: 'nope'" in p.stderr
+    assert "Traceback" not in p.stderr
+
+
+def test_diagnose_help_states_the_exit_statuses(capsys):
+    with pytest.raises(SystemExit):
+        main(["diagnose", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "0 no failure found, 1 failure found" in text and "2 no usable evidence" in text
+
+
+def test_a_failure_during_the_run_keeps_its_traceback(monkeypatch):
+    """Only argument checks become exit status 2: a ValueError from inside the sweep is a bug
+    or a real failure, and must not be reported as the user's bad input."""
+    import dtlab.bench
+
+    def failing_sweep(*args, **kwargs):
+        raise ValueError("raised while the ranks ran")
+
+    monkeypatch.setattr(dtlab.bench, "sweep", failing_sweep)
+    with pytest.raises(ValueError, match="while the ranks ran"):
+        main(["bench", "-b", "8", "-e", "8", "--nprocs", "2", "--backend", "gloo"])
