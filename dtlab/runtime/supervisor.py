@@ -70,8 +70,10 @@ def exit_failure(rank: int, code: int | None, when: float, error_file: str, stde
         extra = msg.get("extraInfo", {}) if isinstance(msg, dict) else {}
         t = int(extra.get("timestamp_ns", 0)) / 1e9 or float(pf.timestamp)
         summary = msg.get("message", str(pf.message)) if isinstance(msg, dict) else str(msg)
-        kind = "sys_exit" if extra.get("exc_type") == "SystemExit" else "exception"
-        return Failure(rank, kind, code, summary, extra.get("py_callstack", summary), t)
+        detail = extra.get("py_callstack", summary)
+        if extra.get("exc_type") == "SystemExit":  # a traceback alone would read "SystemExit: 3"
+            return Failure(rank, "sys_exit", code, summary, f"{summary}, here:\n{detail}", t)
+        return Failure(rank, "exception", code, summary, detail, t)
     tail = "\n".join(stderr.rstrip().splitlines()[-25:])
     if code == 0 and not got_result:
         summary = "exited with code 0 before fn returned (os._exit(0) inside fn?)"

@@ -1,0 +1,55 @@
+"""Rank functions for tests/runtime/test_reliability.py: ranks that start children, leave early,
+exit in odd ways, or return values the parent cannot read."""
+
+import os
+import subprocess
+import sys
+
+import torch
+import torch.distributed as dist
+
+
+def spawn_children(pid_file: str) -> int:
+    """Start a child in the rank's own group and one in a session of its own (a daemon),
+    record every pid, return the rank's pid."""
+    same = subprocess.Popen(["sleep", "1000"])
+    own = subprocess.Popen(["sleep", "1001"], start_new_session=True)
+    with open(f"{pid_file}.{dist.get_rank()}", "w") as f:
+        f.write(f"{os.getpid()} {same.pid} {own.pid}\n")
+    return os.getpid()
+
+
+def leave_early(leaver: int):
+    """``leaver`` returns at once; the others wait for it in an all_reduce that never comes."""
+    t = torch.ones(1)
+    dist.all_reduce(t)  # collective #1: everyone
+    if dist.get_rank() == leaver:
+        return "left"
+    dist.all_reduce(t)  # collective #2: the leaver never issues it
+    return t.item()
+
+
+def sys_exit_on(codes: dict):
+    if dist.get_rank() in codes:
+        sys.exit(codes[dist.get_rank()])
+    return dist.get_rank()
+
+
+def value_from_a_module_only_ranks_have(bad_rank: int, folder: str):
+    """Rank ``bad_rank`` returns an instance of a class the parent cannot import."""
+    if dist.get_rank() != bad_rank:
+        return dist.get_rank() + 5
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "rank_only_mod.py"), "w") as f:
+        f.write("class Thing:\n    pass\n")
+    sys.path.insert(0, folder)
+    import rank_only_mod
+
+    return rank_only_mod.Thing()
+
+
+def spawn_children_and_wait(pid_file: str):
+    spawn_children(pid_file)
+    import time
+
+    time.sleep(1000)  # the parent is killed meanwhile

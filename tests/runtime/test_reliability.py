@@ -1,0 +1,197 @@
+"""Nothing survives, nothing listens beyond loopback, bad input is refused: the runtime's
+reliability contract (ARCHITECTURE.md), each item as it was once seen to fail."""
+
+import glob
+import math
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import psutil
+import pytest
+
+import dtlab
+from conftest import pid_gone
+from reliability_fns import (leave_early, spawn_children, spawn_children_and_wait, sys_exit_on,
+                             value_from_a_module_only_ranks_have)
+
+pytestmark = pytest.mark.usefixtures("no_orphans")
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _pids(pid_file: str, n: int, timeout: float = 60.0) -> list[int]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        files = glob.glob(pid_file + ".*")
+        if len(files) == n and all(open(f).read().endswith("\n") for f in files):
+            return [int(p) for f in files for p in open(f).read().split()]
+        time.sleep(0.1)
+    raise AssertionError(f"ranks did not report their children in {timeout} s")
+
+
+# -- the parent dies ---------------------------------------------------------------------------
+
+PARENT = textwrap.dedent("""
+    import sys, time
+    sys.path.insert(0, {here!r})
+    import dtlab
+    from reliability_fns import spawn_children, spawn_children_and_wait
+    if {pool}:
+        pool = dtlab.Pool(nprocs=2, backend="gloo")
+        pool.run(spawn_children, {pid_file!r})
+        print("RUN_DIR", pool._run_dir, flush=True)
+        time.sleep(1000)
+    else:
+        dtlab.run(spawn_children_and_wait, {pid_file!r}, nprocs=2, backend="gloo")
+""")
+
+
+@pytest.mark.parametrize("sig,pool", [(signal.SIGKILL, True), (signal.SIGTERM, False)],
+                         ids=["SIGKILL-pool", "SIGTERM-run"])
+def test_killed_parent_leaves_no_rank_no_grandchild_no_folder(tmp_path, sig, pool):
+    pid_file = str(tmp_path / "pids")
+    env = dict(os.environ, DTLAB_RUN_ROOT=str(tmp_path / "runs"), DTLAB_OUTPUT="none")
+    parent = subprocess.Popen([sys.executable, "-c", PARENT.format(
+        here=HERE, pool=pool, pid_file=pid_file)], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        pids = _pids(pid_file, 2)
+        parent.send_signal(sig)
+        parent.wait(10)
+        left = [p for p in pids if not pid_gone(p, timeout=5)]
+        assert not left, f"still running after the parent's {sig.name}: {left}"
+        deadline = time.monotonic() + 5
+        while os.listdir(tmp_path / "runs") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert os.listdir(tmp_path / "runs") == [], "the run folder outlived the parent"
+    finally:
+        parent.kill()
+        parent.wait()
+        for p in psutil.process_iter(["cmdline"]):  # the reaper, if the test failed early
+            if "dtlab.runtime.reaper" in " ".join(p.info["cmdline"] or []):
+                p.kill()
+
+
+def test_grandchildren_in_their_own_session_end_with_the_run(tmp_path):
+    pid_file = str(tmp_path / "pids")
+    dtlab.run(spawn_children, pid_file, nprocs=2, backend="gloo")
+    pids = _pids(pid_file, 2, timeout=1)
+    assert all(pid_gone(p) for p in pids)
+
+
+# -- one pool: loopback listeners, squatters, threads, close ------------------------------------
+
+def _squat(root: str, stop: threading.Event, held: list) -> None:
+    """Connect to any pool's control socket as soon as it appears, and say nothing."""
+    while not stop.is_set():
+        for path in glob.glob(os.path.join(root, "*", "control.sock")):
+            if path not in [p for p, _ in held]:
+                s = socket.socket(socket.AF_UNIX)
+                try:
+                    s.connect(path)
+                    held.append((path, s))
+                except OSError:
+                    s.close()
+        time.sleep(0.005)
+
+
+def _control_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("dtlab-control")]
+
+
+def test_pool_listens_on_loopback_only_ignores_squatters_and_leaks_no_thread(tmp_path, monkeypatch):
+    monkeypatch.setenv("DTLAB_RUN_ROOT", str(tmp_path))
+    stop, held = threading.Event(), []
+    squatter = threading.Thread(target=_squat, args=(str(tmp_path), stop, held), daemon=True)
+    squatter.start()
+    try:
+        t0 = time.monotonic()
+        pool = dtlab.Pool(nprocs=2, backend="gloo", start_timeout=60)
+        assert time.monotonic() - t0 < 30, "a silent connection stalled the pool's start"
+        assert held, "the test never reached the control socket"
+        pool.restart()
+        pool.restart()
+        pid_file = str(tmp_path / "pids")
+        pool.run(spawn_children, pid_file)
+        pids = [p.pid for p in [psutil.Process()] + [psutil.Process(s["pid"])
+                                                     for s in pool.status()]]
+        listening = [(pid, c.laddr) for pid in pids
+                     for c in psutil.Process(pid).net_connections(kind="inet")
+                     if c.status == psutil.CONN_LISTEN]
+        assert listening, "no listener found: the check would prove nothing"
+        beyond = [(pid, a) for pid, a in listening
+                  if a.ip not in ("127.0.0.1", "::1", "::ffff:127.0.0.1")]
+        assert not beyond, f"listening beyond loopback: {beyond}"
+        grandchildren = _pids(pid_file, 2, timeout=1)
+        pool.close()
+        assert all(pid_gone(p) for p in grandchildren)
+    finally:
+        stop.set()
+        squatter.join()
+        for _, s in held:
+            s.close()
+    assert _control_threads() == [], f"threads left by the control server: {_control_threads()}"
+
+
+# -- bad input, refused before anything starts ---------------------------------------------------
+
+@pytest.mark.parametrize("var", ["MASTER_PORT", "MASTER_ADDR", "WORLD_SIZE", "RANK"])
+def test_env_that_would_break_the_rendezvous_is_refused(var):
+    with pytest.raises(dtlab.LaunchError, match=var):
+        dtlab.run(print, env={var: "1"}, nprocs=2, backend="gloo")
+
+
+def test_timeout_nan_refused_and_inf_means_no_limit():
+    from dtlab.runtime.plan import check_timeout
+
+    for bad in (math.nan, -1, 0, "5", 1e300):
+        with pytest.raises(dtlab.LaunchError, match="timeout"):
+            dtlab.run(print, timeout=bad, nprocs=2, backend="gloo")
+    assert check_timeout(math.inf) is None
+
+
+# -- failures named for what they are ------------------------------------------------------------
+
+def test_a_value_the_parent_cannot_unpickle_fails_that_rank_only(tmp_path):
+    with pytest.raises(dtlab.RankError) as ei:
+        dtlab.run(value_from_a_module_only_ranks_have, 1, str(tmp_path / "mod"), nprocs=2,
+                  backend="gloo")
+    e = ei.value
+    assert e.root_rank == 1 and list(e.failures) == [1]
+    assert e.failure_list[0].kind == "bad_result" and "rank_only_mod" in e.failures[1]
+    assert e.results[0].value == 5  # rank 0's value is not lost
+
+
+def test_sys_exit_is_named_with_its_code_or_text():
+    with pytest.raises(dtlab.RankError) as ei:
+        dtlab.run(sys_exit_on, {1: 3, 2: "bye"}, nprocs=3, backend="gloo")
+    e = ei.value
+    assert "sys.exit(3)" in e.failures[1] and "bye" in e.failures[2]
+    assert e.exit_codes == {1: 3, 2: 1}
+    assert "without a Python exception" not in str(e) and "os._exit" not in str(e)
+
+
+def test_a_rank_that_left_while_its_peers_waited_is_the_root_cause():
+    with pytest.raises(dtlab.RankError) as ei:
+        dtlab.run(leave_early, 1, nprocs=3, backend="gloo", timeout=60)
+    e = ei.value
+    assert e.root_rank == 1, str(e)
+    root = e.failure_list[0]
+    assert root.kind == "left" and "after issuing 1 collective" in root.summary
+    assert all(f.secondary for f in e.failure_list[1:])
+
+
+def test_a_killed_pool_rank_shows_its_own_last_words():
+    with dtlab.Pool(nprocs=2, backend="gloo") as pool:
+        pool.exec("import sys, os, signal; print('OLD words', file=sys.stderr)")
+        with pytest.raises(dtlab.RankError) as ei:
+            pool.exec("print('NEW words', file=sys.stderr, flush=True)\n"
+                      "if rank == 1: os.kill(os.getpid(), signal.SIGKILL)\n"
+                      "import time; time.sleep(30 if rank == 1 else 0)", timeout=60)
+        text = ei.value.failures[1]
+        assert "NEW words" in text and "OLD words" not in text
+        assert pool.broken
