@@ -98,8 +98,11 @@ def summary(log: NcclLog) -> str:
     if div is None:
         out.append(f"divergence: none -- collectives per rank {counts}")
     else:
+        sure = "" if div.get("confident", True) else \
+            " (no majority: the logs alone cannot tell which side is wrong)"
+        short = f"; rank(s) {div['fewer']} made fewer calls" if div.get("fewer") else ""
         out.append(f"DIVERGENCE at collective #{div['position']} ({div['reason']}): "
-                   f"rank(s) {div['ranks']}; collectives per rank {div['n_calls']}")
+                   f"rank(s) {div['ranks']}{sure}{short}; collectives per rank {div['n_calls']}")
         for r, call in div["calls"].items():
             out.append(f"  rank {r}: {_call(call)}")
     op = log.alignment["opcount"]

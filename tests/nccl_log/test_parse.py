@@ -86,7 +86,9 @@ def test_torchrun_console_with_p2p_disabled_and_a_hang():
     assert [(p["pid"], p["rank"]) for p in d["processes"]] == [(3001, 0), (3002, 1)]
     assert d["env"]["NCCL_P2P_DISABLE"] == "1"
     assert {k for r in d["ranks"] for k in r["transport_kinds"]} == {"SHM"}
-    assert d["divergence"]["reason"] == "fewer_calls" and d["divergence"]["ranks"] == [1]
+    div = d["divergence"]
+    assert div["reason"] == "fewer_calls" and div["fewer"] == [1]
+    assert div["ranks"] == [0, 1] and div["confident"] is False  # 2 ranks: no majority
     assert d["warnings"][0]["msg"] == "Watchdog caught collective operation timeout"
 
 

@@ -28,7 +28,8 @@ def test_json_of_several_files(capsys):
 def test_divergence_exits_1_and_says_where(capsys):
     assert main(["nccl-log", str(FIX / "synthetic_torchrun_shm_hang.log")]) == 1
     out = capsys.readouterr().out
-    assert "DIVERGENCE at collective #3 (fewer_calls): rank(s) [1]" in out
+    assert "DIVERGENCE at collective #3 (fewer_calls): rank(s) [0, 1] (no majority" in out
+    assert "rank(s) [1] made fewer calls" in out
     assert "SHM/direct/direct" in out
 
 
