@@ -1,7 +1,7 @@
 """Decide how many ranks, which backend, which device each rank gets -- and refuse bad input.
 
 Every check here runs before a process starts, so a mistake costs one clear error, not a
-half-launched job. The rules (DESIGN.md):
+half-launched job. The rules (ARCHITECTURE.md, README):
 
 * ``nprocs`` defaults to the number of visible GPUs, else 2;
 * ``backend="auto"`` is NCCL with one GPU per local rank when there are enough GPUs, else gloo
