@@ -11,58 +11,44 @@ positions (``opcount_check``).
 
 Send/Recv lines are left out: point-to-point calls differ between ranks by design.
 
+The rule itself (first position, reason, who is odd, how sure) is :mod:`dtlab.divergence`'s,
+shared with the hang diagnoser: with a strict majority the odd ranks are named and
+``confident`` is True; with none (two ranks that disagree, a tie) ``ranks`` lists every
+candidate and ``confident`` is False.
+
 >>> from dtlab.nccl_log.model import Call
 >>> ar = lambda n: Call("AllReduce", 0, n, 7, 0, 0, "0x1", 3)
 >>> d = divergence({0: [ar(8), ar(8)], 1: [ar(8), ar(8)], 2: [ar(8), ar(4)]})
->>> d["position"], d["ranks"], d["reason"]
-(2, [2], 'count')
+>>> d["position"], d["ranks"], d["reason"], d["confident"]
+(2, [2], 'count', True)
+>>> d = divergence({0: [ar(8)], 1: [ar(4)]})
+>>> d["ranks"], d["confident"]
+([0, 1], False)
 """
 
 from __future__ import annotations
 
-from collections import Counter
-
+from ..divergence import first_divergence
 from .model import Call
 
 # compared in this order; the first that differs is the reason given
 FIELDS = ("op", "datatype", "count", "redop", "root")
 
 
-def odd_ones_out(values: dict[int, object]) -> list[int]:
-    """Ranks whose value is not the majority's; all ranks when there is no clear majority
-    (two ranks that disagree, or a tie)."""
-    ranked = Counter(values.values()).most_common()
-    top, n = ranked[0]
-    if n > 1 and (len(ranked) == 1 or ranked[1][1] < n):
-        return sorted(r for r, v in values.items() if v != top)
-    return sorted(values)
-
-
-def _report(i: int, ranks: list[int], reason: str, calls: dict[int, list[Call]]) -> dict:
-    at = {r: (cs[i].to_dict() if i < len(cs) else None) for r, cs in sorted(calls.items())}
-    return {"position": i + 1, "ranks": ranks, "reason": reason,
-            "n_calls": {r: len(cs) for r, cs in sorted(calls.items())}, "calls": at}
-
-
 def divergence(calls: dict[int, list[Call]]) -> dict | None:
     """The first position (1-based) where the ranks' call sequences disagree, or None.
 
-    ``ranks`` names the ranks that differ (the odd one out when a majority agrees; both when two
-    ranks disagree) or that fall short; ``reason`` is 'op', 'datatype', 'count', 'redop', 'root'
-    or 'fewer_calls'.
+    ``ranks``: the odd ones out when a strict majority agrees (``confident`` True), else every
+    rank that disagrees there -- all candidates (``confident`` False); ``reason`` is 'op',
+    'datatype', 'count', 'redop', 'root' or 'fewer_calls'; ``fewer``: ranks with fewer calls.
     """
-    if len(calls) < 2:
+    d = first_divergence(calls, FIELDS)
+    if d is None:
         return None
-    for i in range(max(len(cs) for cs in calls.values())):
-        present = {r: cs[i] for r, cs in calls.items() if i < len(cs)}
-        sigs = {r: c.signature() for r, c in present.items()}
-        if len(set(sigs.values())) > 1:
-            reason = next(f for f in FIELDS if len({getattr(c, f) for c in present.values()}) > 1)
-            return _report(i, odd_ones_out(sigs), reason, calls)
-        short = sorted(r for r in calls if r not in present)
-        if short:
-            return _report(i, short, "fewer_calls", calls)
-    return None
+    return {"position": d.position, "ranks": d.ranks, "confident": d.confident,
+            "reason": d.reason, "fewer": d.fewer,
+            "n_calls": {r: len(cs) for r, cs in sorted(calls.items())},
+            "calls": {r: (c.to_dict() if c is not None else None) for r, c in d.items.items()}}
 
 
 def opcount_check(calls: dict[int, list[Call]]) -> dict:

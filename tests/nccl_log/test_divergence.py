@@ -4,7 +4,7 @@ import pytest
 from nccl_synth import coll, info, init_228, world_log
 
 import dtlab.nccl_log as nl
-from dtlab.nccl_log.divergence import divergence, odd_ones_out, opcount_check
+from dtlab.nccl_log.divergence import divergence, opcount_check
 from dtlab.nccl_log.model import Call
 
 AR = ("AllReduce", 1024, 7, 0, 0)  # op, count, datatype (ncclFloat32), redop (ncclSum), root
@@ -26,10 +26,10 @@ def test_none_when_all_agree():
     (("AllReduce", 1024, 7, 2, 0), "redop"),      # ncclMax vs ncclSum
     (("Broadcast", 1024, 7, 0, 1), "op"),
 ])
-def test_two_ranks_name_both(odd, reason):
+def test_two_ranks_name_both_unsure(odd, reason):
     log = nl.parse(world_log({0: [AR, AR, AR], 1: [AR, odd, AR]}))
     d = log.divergence
-    assert (d["position"], d["ranks"], d["reason"]) == (2, [0, 1], reason)
+    assert (d["position"], d["ranks"], d["reason"], d["confident"]) == (2, [0, 1], reason, False)
     assert d["calls"][0]["datatype_name"] == "ncclFloat32"
 
 
@@ -41,7 +41,7 @@ def test_root_mismatch():
 
 def test_three_ranks_name_the_odd_one_out():
     d = nl.parse(world_log({0: [AR, AR], 1: [AR, ("AllReduce", 1024, 6, 0, 0)], 2: [AR, AR]})).divergence
-    assert (d["position"], d["ranks"], d["reason"]) == (2, [1], "datatype")
+    assert (d["position"], d["ranks"], d["reason"], d["confident"]) == (2, [1], "datatype", True)
     assert d["calls"][1]["datatype_name"] == "ncclFloat16"
 
 
@@ -57,10 +57,18 @@ def test_first_difference_wins_over_later_shortfall():
     assert (d["position"], d["reason"]) == (2, "count")
 
 
-def test_no_majority_names_everyone():
-    assert odd_ones_out({0: "a", 1: "b", 2: "c"}) == [0, 1, 2]
-    assert odd_ones_out({0: "a", 1: "a", 2: "b", 3: "b"}) == [0, 1, 2, 3]
-    assert odd_ones_out({0: "a", 1: "a", 2: "b", 3: "c"}) == [2, 3]
+def test_no_majority_names_every_candidate_unsure():
+    b, c = call(count=8), call(count=4)
+    for calls in ({0: [call()], 1: [b], 2: [c]}, {0: [call()], 1: [call()], 2: [b], 3: [b]},
+                  {0: [call()], 1: [call()], 2: [b], 3: [c]}):  # a plurality is not a majority
+        d = divergence(calls)
+        assert (d["ranks"], d["confident"]) == (sorted(calls), False)
+
+
+def test_two_ranks_one_short_is_a_tie():
+    d = divergence({0: [call(), call()], 1: [call()]})
+    assert (d["position"], d["reason"], d["ranks"], d["confident"], d["fewer"]) == \
+        (2, "fewer_calls", [0, 1], False, [1])
 
 
 def test_send_recv_are_not_compared():
