@@ -12,10 +12,12 @@ In a notebook::
 
     course.run_graded(fn, nprocs=2)      # dtlab.run on gloo under nbgrader, quiet, bounded
     course.recorded("h200x2-nccl-tests/nt_all_reduce.txt")   # real GPU data, labelled as such
+    with course.refused("dtlab.bench.busbw"): ...               # the library may not answer
 
 Importing this package is cheap (no nbgrader, no pandas) so notebooks can use it freely.
 """
 
+from .checks import counted, refused, secret_pids, unlabeled_copy, with_secret_pid
 from .api import Graded, Released, Validation, autograde, feedback, release, report, validate
 from .graded import backend, grading, run_graded
 from .layout import CourseError, assignment_ids, course_root
@@ -23,4 +25,5 @@ from .recorded import Recorded, recorded
 
 __all__ = ["release", "validate", "autograde", "feedback", "report", "Released", "Validation",
            "Graded", "CourseError", "assignment_ids", "course_root", "run_graded", "backend",
-           "grading", "recorded", "Recorded"]
+           "grading", "recorded", "Recorded", "refused", "counted", "with_secret_pid",
+           "secret_pids", "unlabeled_copy"]
