@@ -1,0 +1,316 @@
+"""Every graded exercise grades the skill: known shortcuts fail its tests, hidden ones included.
+
+Each case puts an answer in place of the solution cell and executes the exercise's test cell
+(visible and hidden tests) directly, in this process: the notebook's context cells first, then
+the answer, then the test cell, as nbgrader would. A shortcut must make the test cell raise; the
+source's own solution must pass. Rank launches of functions that are not the learner's (the
+failing jobs of root_cause, predict's `program`) are run once and reused across cases.
+"""
+
+from __future__ import annotations
+
+import os
+import textwrap
+
+import nbformat
+import pytest
+
+from conftest import assert_no_descendants
+from dtlab.course.graded import run_graded as real_run_graded
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _cells(notebook: str) -> dict[str, str]:
+    nb = nbformat.read(os.path.join(ROOT, "notebooks", notebook + ".ipynb"), as_version=4)
+    out = {}
+    for i, cell in enumerate(nb.cells):
+        meta = cell.metadata.get("nbgrader", {})
+        out[meta.get("grade_id") or f"cell{i}"] = cell.source
+    return out
+
+
+def _solution(source: str) -> str:
+    return "\n".join(ln for ln in source.splitlines()
+                     if ln.strip() not in ("### BEGIN SOLUTION", "### END SOLUTION"))
+
+
+# What each exercise's test cell needs from earlier cells (imports, locked cells, helpers).
+IMPORTS_00 = "import os\nimport torch\nimport torch.distributed as dist\nimport dtlab\n"
+CONTEXT = {
+    "00_launch": lambda c: IMPORTS_00 + c["predict_program"],
+    "06_nccl": lambda c: "import re\nimport pandas as pd\nfrom dtlab import course, nccl_log\n",
+    "07_hangs": lambda c: c["cell1"],
+}
+
+_launches: dict = {}
+
+
+def _cached_run_graded(fn, *args, nprocs=2, **kwargs):
+    """run_graded for the test's own rank functions: one real launch per (function, nprocs)."""
+    from dtlab import RankError
+
+    key = (fn.__name__, nprocs)
+    if key not in _launches:
+        try:
+            _launches[key] = ("ok", real_run_graded(fn, *args, nprocs=nprocs, **kwargs))
+        except RankError as err:
+            _launches[key] = ("raise", err)
+    how, what = _launches[key]
+    if how == "raise":
+        raise what
+    return what
+
+
+def grade(notebook: str, exercise: str, answer: str | None = None, reuse_launches=False) -> None:
+    """Run `exercise`'s test cell after `answer` (default: the source's solution); raises if a
+    test fails."""
+    cells = _cells(notebook)
+    code = answer if answer is not None else _solution(cells[exercise])
+    ns = {"__name__": "__graded__"}  # not importable: cloudpickle ships its functions by value
+    exec(compile(CONTEXT[notebook](cells), f"<{notebook} context>", "exec"), ns)
+    exec(compile(textwrap.dedent(code), f"<{exercise} answer>", "exec"), ns)
+    test = cells[exercise + "_tests"]
+    if reuse_launches:
+        from dtlab import course
+
+        real = course.run_graded
+        course.run_graded = _cached_run_graded
+        try:
+            exec(compile(test, f"<{exercise}_tests>", "exec"), ns)
+        finally:
+            course.run_graded = real
+    else:
+        exec(compile(test, f"<{exercise}_tests>", "exec"), ns)
+
+
+def fails(notebook, exercise, answer, **kw):
+    """The test cell fails on an assert (a wrong answer, or a refusal), not on a broken case."""
+    with pytest.raises(AssertionError):
+        grade(notebook, exercise, answer, **kw)
+
+
+# ---- 00_launch ----------------------------------------------------------------------------
+
+GATHER_PIDS_SHORTCUTS = {
+    # the process table: the ranks are the parent's children, started in rank order
+    "process table": '''
+def gather_pids():
+    import psutil
+    return sorted(p.pid for p in psutil.Process(os.getppid()).children())
+''',
+    # the process table again, in rank order from each rank's environment, after a token barrier
+    "process table + barrier": '''
+def gather_pids():
+    dist.barrier()
+    ranks = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                env = open(f"/proc/{name}/environ", "rb").read().split(b"\\0")
+            except OSError:
+                continue
+            if f"MASTER_PORT={os.environ['MASTER_PORT']}".encode() in env:
+                rank = [e for e in env if e.startswith(b"RANK=")]
+                if rank:
+                    ranks[int(rank[0][5:])] = int(name)
+    return [ranks[r] for r in sorted(ranks)]
+''',
+}
+
+
+@pytest.mark.parametrize("name", GATHER_PIDS_SHORTCUTS)
+def test_gather_pids_shortcut_fails(name):
+    fails("00_launch", "gather_pids", GATHER_PIDS_SHORTCUTS[name])
+    assert_no_descendants()
+
+
+PREDICT_SHORTCUTS = {
+    "runs the program": "def predict(world_size):\n    return dtlab.run(program, nprocs=world_size, backend='gloo').values\n",
+    "the 2-rank answer for every size": "def predict(world_size):\n    return [[2.0, 1.0]] * world_size\n",
+}
+
+
+@pytest.mark.parametrize("name", PREDICT_SHORTCUTS)
+def test_predict_shortcut_fails(name):
+    fails("00_launch", "predict", PREDICT_SHORTCUTS[name], reuse_launches=True)
+    assert_no_descendants()
+
+
+ROOT_CAUSE_SHORTCUTS = {
+    "shortest traceback": "def root_cause(failures):\n    return min(failures, key=lambda r: len(failures[r]))\n",
+    "the traceback without all_reduce": '''
+def root_cause(failures):
+    return next((r for r, t in failures.items() if "all_reduce" not in t), min(failures))
+''',
+    "the first one given": "def root_cause(failures):\n    return next(iter(failures))\n",
+    "not a RuntimeError": '''
+def root_cause(failures):
+    return next((r for r, t in sorted(failures.items())
+                 if not t.strip().splitlines()[-1].startswith("RuntimeError")), min(failures))
+''',
+    "dtlab's own verdict": '''
+def root_cause(failures):
+    from dtlab.hang.diagnose import signals
+    sigs = {r: signals.tracebacks(t.splitlines(), r, "x") for r, t in failures.items()}
+    return next(r for r in sorted(sigs) if any(signals.is_primary(s) for s in sigs[r]))
+''',
+}
+
+
+@pytest.mark.parametrize("name", ROOT_CAUSE_SHORTCUTS)
+def test_root_cause_shortcut_fails(name):
+    fails("00_launch", "root_cause", ROOT_CAUSE_SHORTCUTS[name], reuse_launches=True)
+
+
+@pytest.mark.parametrize("exercise", ["predict", "root_cause"])
+def test_00_solution_passes(exercise):
+    grade("00_launch", exercise, reuse_launches=True)
+    assert_no_descendants()
+
+
+# ---- 06_nccl ------------------------------------------------------------------------------
+
+SHORTCUTS_06 = {
+    ("transport_channels", "dtlab's parser"): '''
+def transport_and_channels(log_text):
+    me = nccl_log.parse(log_text).world.members
+    view = me[min(me)]
+    return {"transport": [t.kind for t in view.transports if t.conn_index in (0, None)][0],
+            "channels": int(view.n_channels)}
+''',
+    ("transport_channels", "dtlab nccl-log in a subprocess"): '''
+def transport_and_channels(log_text):
+    import json, subprocess, sys, tempfile
+    with tempfile.NamedTemporaryFile("w", suffix=".log", delete=False) as f:
+        f.write(log_text)
+    out = json.loads(subprocess.run([sys.executable, "-m", "dtlab", "nccl-log", f.name, "--json"],
+                                    capture_output=True, text=True).stdout)
+    return {"transport": out["transport"], "channels": out["channels"]}
+''',
+    ("transport_channels", "the graph search's nChannels"): '''
+def transport_and_channels(log_text):
+    return {"transport": "P2P/CUMEM",
+            "channels": int(re.search(r"nChannels (\\d+)", log_text).group(1))}
+''',
+    ("transport_channels", "the default run's answer"): '''
+def transport_and_channels(log_text):
+    return {"transport": "P2P/CUMEM", "channels": 24}
+''',
+    ("bus_bandwidth", "dtlab.bench.busbw"): '''
+import dtlab.bench
+def bus_bandwidth(op, size_bytes, time_us, nranks):
+    return dtlab.bench.busbw(op, size_bytes, time_us * 1e-6, nranks)
+''',
+    ("bus_bandwidth", "busbw bound before the test"): '''
+from dtlab.bench.formulas import busbw as _busbw
+def bus_bandwidth(op, size_bytes, time_us, nranks):
+    return _busbw(op, size_bytes, time_us * 1e-6, nranks)
+''',
+    ("bus_bandwidth", "algbw (right on 2 ranks only)"): '''
+def bus_bandwidth(op, size_bytes, time_us, nranks):
+    return size_bytes / (time_us * 1e-6) / 1e9
+''',
+    ("bus_bandwidth", "the all-reduce factor for every op"): '''
+def bus_bandwidth(op, size_bytes, time_us, nranks):
+    return size_bytes / (time_us * 1e-6) / 1e9 * 2 * (nranks - 1) / nranks
+''',
+    ("recommend", "tuning.best"): '''
+import dtlab.tuning as tuning
+def recommend(df, size, min_margin_pct=2.0):
+    row = tuning.best(df, size).iloc[0]
+    return row["setting"], float(row["margin_pct"])
+''',
+    ("recommend", "fastest row against the default's own time"): '''
+def recommend(df, size, min_margin_pct=2.0):
+    rows = df[(df["size"] == size) & (df["status"] == "ok") & (df["wrong"] == 0)]
+    base = rows.loc[rows["setting"] == "default", "time_us"].iloc[0]
+    best = rows.loc[rows["time_us"].idxmin()]
+    margin = (base / best["time_us"] - 1) * 100
+    return (best["setting"], float(margin)) if margin > min_margin_pct else ("default", 0.0)
+''',
+}
+
+
+@pytest.mark.parametrize("exercise,name", list(SHORTCUTS_06), ids=lambda x: x)
+def test_06_shortcut_fails(exercise, name):
+    fails("06_nccl", exercise, SHORTCUTS_06[exercise, name])
+
+
+@pytest.mark.parametrize("exercise", ["transport_channels", "bus_bandwidth", "recommend"])
+def test_06_solution_passes(exercise):
+    grade("06_nccl", exercise)
+
+
+# ---- 07_hangs -----------------------------------------------------------------------------
+
+SHORTCUTS_07 = {
+    ("classify", "dtlab diagnose in a subprocess"): '''
+def classify(evidence_dir):
+    import json, subprocess, sys
+    out = subprocess.run([sys.executable, "-m", "dtlab", "diagnose", evidence_dir, "--json"],
+                         capture_output=True, text=True).stdout
+    return json.loads(out)["failure_class"]
+''',
+    ("classify", "os.system"): '''
+def classify(evidence_dir):
+    import json, os, sys, tempfile
+    out = tempfile.mktemp()
+    os.system(f"{sys.executable} -m dtlab diagnose {evidence_dir} --json > {out}")
+    return json.load(open(out))["failure_class"]
+''',
+    ("classify", "diagnose()"): '''
+def classify(evidence_dir):
+    from dtlab.hang import diagnose
+    return diagnose(evidence_dir).failure_class
+''',
+    ("classify", "the folder's name and labels"): '''
+def classify(evidence_dir):
+    import json, os
+    from dtlab.hang import CLASSES
+    for c in CLASSES:
+        if c in evidence_dir:
+            return c
+    for name in ("diagnosis.json", "run.json"):
+        p = os.path.join(evidence_dir, name)
+        if os.path.exists(p):
+            d = json.load(open(p))
+            if "failure_class" in d:
+                return d["failure_class"]
+            kind = d.get("reproducer", {}).get("kind")
+            if kind:
+                from dtlab.hang import KINDS
+                return KINDS[kind].failure_class
+    return "rank_died"
+''',
+    ("diagnosis", "the data README's answer"): '''
+def diagnosis(evidence_dir):
+    return {"failure_class": "dtype_mismatch", "collective_seq": 3, "watchdog_seq": 5,
+            "culprit_ranks": [1], "culprit_site": "kinds.py:115"}
+''',
+    ("diagnosis", "dtlab's verdict"): '''
+def diagnosis(evidence_dir):
+    from dtlab.hang import diagnose
+    d = diagnose(evidence_dir)
+    return {"failure_class": d.failure_class, "collective_seq": 3, "watchdog_seq": 5,
+            "culprit_ranks": [1], "culprit_site": "kinds.py:115"}
+''',
+    ("diagnosis", "the culprit is always rank 1"): None,  # the solution with culprit [1] hard-coded
+}
+
+
+def _always_rank_1() -> str:
+    sol = _solution(_cells("07_hangs")["diagnosis"])
+    return sol.replace('"culprit_ranks": culprits,', '"culprit_ranks": [1],').replace(
+        "site(at[culprits[0]])", "site(at[1])")
+
+
+@pytest.mark.parametrize("exercise,name", list(SHORTCUTS_07), ids=lambda x: x)
+def test_07_shortcut_fails(exercise, name):
+    answer = SHORTCUTS_07[exercise, name] or _always_rank_1()
+    fails("07_hangs", exercise, answer)
+
+
+@pytest.mark.parametrize("exercise", ["classify", "diagnosis"])
+def test_07_solution_passes(exercise):
+    grade("07_hangs", exercise)
