@@ -6,7 +6,7 @@ therefore starts one reaper, in a session of its own so that a signal to the par
 group does not reach it::
 
     parent ──stdin pipe──► reaper      "pid R" per rank, then "done" when the parent cleaned up
-                             │ every 0.2 s: remember each rank's descendants (pid + start time)
+                             │ every 1 s: remember each rank's descendants (pid + start time)
                              ▼
     "done": end any remembered descendant that escaped its rank's tree (its rank was killed)
     EOF without "done" = the parent died: SIGKILL every rank's process group, every descendant
@@ -29,7 +29,7 @@ import sys
 
 import psutil
 
-POLL = 0.2
+POLL = 1.0  # seconds between looks at the ranks' trees (cheap enough on a 2-core box)
 
 
 def start(run_dir: str) -> subprocess.Popen:
