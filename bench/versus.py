@@ -57,7 +57,9 @@ def probe(cells: int, launches: int, backend: str) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--base", required=False, default="HEAD~1", help="the commit to compare with")
+    ap.add_argument("--base", default="HEAD~1", help="the commit to compare with")
+    ap.add_argument("--base-tree", help="or: a folder holding the other tree (no git needed; "
+                    "e.g. made with `git archive REF | tar -x -C DIR`)")
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--cells", type=int, default=200)
     ap.add_argument("--launches", type=int, default=2)
@@ -67,10 +69,11 @@ def main() -> None:
     if a.probe:
         return probe(a.cells, a.launches, a.backend)
     tmp = tempfile.mkdtemp(prefix="dtlab-versus-")
-    base = os.path.join(tmp, "base")
-    subprocess.run(["git", "-C", ROOT, "worktree", "add", "--detach", base, a.base], check=True,
-                   capture_output=True)
-    trees = {"this tree": ROOT, f"base {a.base}": base}
+    base = os.path.abspath(a.base_tree) if a.base_tree else os.path.join(tmp, "base")
+    if not a.base_tree:
+        subprocess.run(["git", "-C", ROOT, "worktree", "add", "--detach", base, a.base],
+                       check=True, capture_output=True)
+    trees = {"this tree": ROOT, f"base {a.base_tree or a.base}": base}
     got = {k: [] for k in trees}
     try:
         for i in range(a.rounds):
@@ -89,8 +92,9 @@ def main() -> None:
                 f"{k}: cell {v[-1]['cell_ms']:.2f} ms, run {v[-1]['run_s']:.2f} s"
                 for k, v in got.items()), file=sys.stderr)
     finally:
-        subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", base],
-                       capture_output=True)
+        if not a.base_tree:
+            subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", base],
+                           capture_output=True)
         shutil.rmtree(tmp, ignore_errors=True)
     med = {k: {m: statistics.median(r[m] for r in v) for m in ("cell_ms", "run_s")}
            for k, v in got.items()}

@@ -103,3 +103,19 @@ def test_pool_on_nccl_keeps_state_and_survives_a_hang():
         assert ei.value.diagnosis is not None
         assert pool.restarts == 1
         assert pool.exec("torch.cuda.current_device()").values == [0, 1]
+
+
+def test_nccl_pool_listens_on_loopback_only():
+    """The store, NCCL's bootstrap (NCCL_SOCKET_IFNAME=lo by default on one host) and anything
+    else the parent or a rank opens: no listener beyond loopback."""
+    import psutil
+
+    need(2)
+    with dtlab.Pool(nprocs=2, backend="nccl") as pool:
+        pool.exec("t = torch.ones(1, device=device); dist.all_reduce(t)")
+        pids = [psutil.Process().pid] + [s["pid"] for s in pool.status()]
+        listening = [(pid, c.laddr) for pid in pids
+                     for c in psutil.Process(pid).net_connections(kind="inet")
+                     if c.status == psutil.CONN_LISTEN]
+    assert listening
+    assert all(a.ip in ("127.0.0.1", "::1", "::ffff:127.0.0.1") for _, a in listening), listening
