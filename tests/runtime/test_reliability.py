@@ -51,8 +51,8 @@ PARENT = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("sig,pool", [(signal.SIGKILL, True), (signal.SIGTERM, False)],
-                         ids=["SIGKILL-pool", "SIGTERM-run"])
+@pytest.mark.parametrize("sig,pool", [(signal.SIGTERM, True), (signal.SIGKILL, False)],
+                         ids=["SIGTERM-pool", "SIGKILL-run"])
 def test_killed_parent_leaves_no_rank_no_grandchild_no_folder(tmp_path, sig, pool):
     pid_file = str(tmp_path / "pids")
     env = dict(os.environ, DTLAB_RUN_ROOT=str(tmp_path / "runs"), DTLAB_OUTPUT="none")
