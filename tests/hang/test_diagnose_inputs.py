@@ -3,6 +3,7 @@
 import json
 import os
 import pickle
+import re
 
 import pytest
 
@@ -64,3 +65,57 @@ def test_flight_recorder_pickles_cannot_run_code(tmp_path):
 def test_synthetic_evidence(name, cls, culprit, seq):
     d = diagnose(os.path.join(FIX, name))
     assert (d.failure_class, d.culprit_ranks, d.collective_seq) == (cls, culprit, seq), d.summary
+
+
+def test_exit_statuses(tmp_path, capsys):
+    assert main(os.path.join(FIX, "synthetic_clean_run")) == 0  # no failure
+    assert main(os.path.join(FIX, "synthetic_cuda_oom")) == 1  # failure found
+    assert main(str(tmp_path)) == 2  # no usable evidence
+    assert "no evidence" in capsys.readouterr().err
+
+
+def test_evidence_is_clipped_at_a_word_boundary():
+    from dtlab.hang.diagnose.notes import clip
+
+    assert clip("Connection closed by peer [127.0.0.1]:2345", 30) == "Connection closed by peer…"
+    assert clip("short", 30) == "short"
+    d = diagnose(os.path.join(FIX, "captured_torchrun_raise"))
+    raw = open(os.path.join(FIX, "captured_torchrun_raise", "console.txt")).read()
+    clipped = [e["finding"].split("…")[0] for e in d.evidence if "…" in e["finding"]]
+    assert clipped
+    for finding in clipped:  # the last word kept is a whole word of the console
+        last = finding.split()[-1]
+        assert re.search(re.escape(last) + r"\s", raw), finding
+
+
+def test_one_vocabulary_for_op_and_dtype_names():
+    from dtlab.hang.diagnose import traces
+
+    assert not hasattr(traces, "_OPS") and not hasattr(traces, "_DTYPES")
+    entries = [{"collective_seq_id": i + 1, "profiling_name": name, "input_sizes": [[4]],
+                "input_dtypes": [dt], "process_group": ("0", "default_pg")}
+               for i, (name, dt) in enumerate([("nccl:all_to_all_single", "BFloat16"),
+                                               ("gloo:alltoall_base", "Half"),
+                                               ("nccl:_reduce_scatter_base", "Float")])]
+    calls = traces.from_flight_recorder({"version": "2.10", "entries": entries})
+    assert [(c.op, c.dtype) for c in calls] == [("all_to_all", "bfloat16"), ("all_to_all", "float16"),
+                                                ("reduce_scatter", "float32")]
+
+
+def test_same_divergence_rule_as_nccl_log():
+    from dtlab.hang.diagnose.traces import Call as HCall
+    from dtlab.hang.diagnose.traces import first_divergence
+    from dtlab.nccl_log.divergence import divergence
+    from dtlab.nccl_log.model import Call as NCall
+
+    def call(op):
+        return NCall(op, 0, 1024, 7, 0, 0, "0x1", 2)
+
+    ops = {0: ["all_reduce", "all_reduce"], 1: ["all_reduce", "all_gather"], 2: ["all_reduce"]}
+    nccl = {r: [call(op=o) for o in seq] for r, seq in ops.items()}
+    hang = {r: [HCall(i + 1, o, 1024, "float32") for i, o in enumerate(seq)]
+            for r, seq in ops.items()}
+    a, b = divergence(nccl), first_divergence(hang)
+    assert (a["position"], a["ranks"], a["confident"]) == (b.position, b.ranks, b.confident) \
+        == (2, [0, 1, 2], False)
+

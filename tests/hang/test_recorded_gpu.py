@@ -9,13 +9,15 @@ import pytest
 from dtlab.hang import KINDS, diagnose
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..", "data", "h200x2-hang")
-# with two ranks a mismatch cannot single one out; a missing collective blames the rank that
-# issued fewer; death, OOM and lag name the rank itself
-EXPECTED = {
-    "size_mismatch": ([0, 1], 3), "dtype_mismatch": ([0, 1], 3), "op_mismatch": ([0, 1], 3),
-    "skipped_collective": ([1], 5), "extra_collective": ([0], 6), "rank_exit": ([1], 3),
-    "rank_killed": ([1], 3), "oom": ([1], 3), "p2p_deadlock": ([0, 1], None),
-    "straggler": ([1], None),
+# with two ranks no majority singles one out: a mismatch or a missing collective names both
+# candidates, unsure (the rank that returned while the other waited is the root rank, not
+# necessarily the one with the bug); death, OOM and lag name the rank itself
+EXPECTED = {  # culprits, seq, confident, root ranks
+    "size_mismatch": ([0, 1], 3, False, []), "dtype_mismatch": ([0, 1], 3, False, []),
+    "op_mismatch": ([0, 1], 3, False, []), "skipped_collective": ([0, 1], 5, False, [1]),
+    "extra_collective": ([0, 1], 6, False, [0]), "rank_exit": ([1], 3, True, [1]),
+    "rank_killed": ([1], 3, True, [1]), "oom": ([1], 3, True, [1]),
+    "p2p_deadlock": ([0, 1], None, True, []), "straggler": ([1], None, True, []),
 }
 
 
@@ -31,9 +33,12 @@ def test_recorded_gpu_evidence(kind, tmp_path):
     info.pop("reproducer")  # diagnose must not lean on what the reproducer knew
     json.dump(info, open(ev / "run.json", "w"))
     d = diagnose(str(ev))
-    culprits, seq = EXPECTED[kind]
-    assert (d.failure_class, d.culprit_ranks, d.collective_seq) == \
-        (KINDS[kind].failure_class, culprits, seq), d.summary
+    culprits, seq, confident, root = EXPECTED[kind]
+    assert (d.failure_class, d.culprit_ranks, d.collective_seq, d.confident, d.root_ranks) == \
+        (KINDS[kind].failure_class, culprits, seq, confident, root), d.summary
+    if not confident:
+        assert "any of ranks 0, 1 may be the odd one out" in d.summary
+        assert "is the odd one out" not in d.summary
     if kind in ("size_mismatch", "dtype_mismatch", "op_mismatch", "skipped_collective"):
         assert any(e["kind"] in ("flight_recorder", "nccl_log") for e in d.evidence)
 
@@ -46,7 +51,7 @@ def test_torch_flight_recorder_analyzer_agrees(kind, reason):
     from dtlab.hang.diagnose.traces import first_divergence, torch_match
 
     d = first_divergence(gather(load(os.path.join(ROOT, kind))).traces)
-    calls = [c for c in d.calls.values() if c is not None]
+    calls = [c for c in d.items.values() if c is not None]
     assert all(c.entry is not None for c in calls)  # both sides are Flight Recorder entries
-    assert (d.reason, d.seq) == (reason, 3)
+    assert (d.reason, d.position, d.ranks, d.confident) == (reason, 3, [0, 1], False)
     assert torch_match(calls, 2) == reason

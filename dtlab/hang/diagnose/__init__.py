@@ -5,11 +5,18 @@
 
 A small pipeline of passes, each tested on its own (nbgrader-style):
 
-1. :mod:`.load`     find the evidence, recognising each file by content, not name
+1. :mod:`.load`     find the evidence, recognising each file by content, not name; regular
+                    files only, bounded reads, malformed files listed as unreadable
 2. :mod:`.signals`  messages in console text (tracebacks, gloo/NCCL errors, watchdog, DETAIL, OOM)
+   :mod:`.launcher` what torchrun / srun / slurmstepd say about how each rank ended
 3. :mod:`.traces`   each rank's collective sequence (Flight Recorder or NCCL COLL lines)
 4. :mod:`.facts`    everything about one folder, per rank
-5. :mod:`.verdict`  the failure class, the culprit ranks, the collective, and a summary
+5. :mod:`.verdict`  the failure class, the culprit and root ranks, the collective, a summary
+                    (rules in :mod:`.failed` and :mod:`.mismatch`)
+
+``main`` (``dtlab diagnose DIR``) exits 0 when the evidence shows no failure, 1 when it names
+one (any class but ``no_failure``), 2 when the folder holds no usable evidence (or is not a
+folder); the reason goes to stderr in one line.
 
 >>> d = diagnose("data/h200x2-hang/size_mismatch")       # doctest: +SKIP
 >>> d.failure_class, d.culprit_ranks, d.collective_seq   # doctest: +SKIP
@@ -43,8 +50,10 @@ def render(d: Diagnosis) -> str:
     culprit = ", ".join(map(str, d.culprit_ranks)) or "-"
     lines = [f"failure class : {d.failure_class}",
              f"culprit ranks : {culprit}",
-             f"collective    : {'#' + str(d.collective_seq) if d.collective_seq else '-'}"
-             + (f" ({d.op})" if d.op else ""),
+             f"collective    : " + (f"#{d.collective_seq}" + (f" ({d.op})" if d.op else "")
+                                    if d.collective_seq else
+                                    f"{d.op} (which one: unknown)" if d.op else "-"),
+             f"confident     : {'yes' if d.confident else 'no: ' + _unsure(d)}",
              "", d.summary, "", "evidence:"]
     for e in d.evidence:
         lines.append(f"  [{e['kind']}] {e['file']}: {e['finding']}")
@@ -53,7 +62,14 @@ def render(d: Diagnosis) -> str:
     return "\n".join(lines)
 
 
+def _unsure(d: Diagnosis) -> str:
+    return ("no majority singles a rank out" if len(d.culprit_ranks) > 1
+            else "the evidence is thin; see the summary")
+
+
 def main(path: str, as_json: bool = False) -> int:
+    """Print the diagnosis of ``path``; the exit status is 0 (no failure), 1 (failure found)
+    or 2 (no usable evidence)."""
     try:
         d = diagnose(path)
     except NoEvidence as e:

@@ -4,6 +4,11 @@ A folder may hold several runs (``dtlab hang`` writes the raw run at the top and
 TORCH_DISTRIBUTED_DEBUG=DETAIL rerun in ``detail/``): exit codes, stacks and traces come from
 the top run only, while messages that *describe* the bug (DETAIL's fingerprints, monitoredBarrier
 reports) are taken from every run.
+
+Launchers' consoles (torchrun, SLURM; :mod:`.launcher`) add exit codes dtlab did not record and
+the ranks the launcher -- or something outside, with the whole job -- stopped: those join
+``stopped`` and are never culprits. Files that could not be used are kept in ``unreadable``
+with the reason, so the diagnosis says what it did not read.
 """
 
 from __future__ import annotations
@@ -12,9 +17,10 @@ import os
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from . import launcher
 from . import signals as S
 from .load import EvidenceSet, Item
-from .traces import Call, from_flight_recorder, from_nccl_calls
+from .traces import Call, MalformedDump, from_flight_recorder, from_nccl_calls
 
 
 @dataclass
@@ -25,7 +31,13 @@ class Facts:
     outcome: str | None = None
     exit_codes: dict[int, int | None] = field(default_factory=dict)
     returned: set[int] = field(default_factory=set)  # fn returned on these ranks
-    stopped: set[int] = field(default_factory=set)  # dtlab stopped them (not a failure)
+    stopped: set[int] = field(default_factory=set)  # dtlab, the launcher or the outside stopped them
+    reported_exits: dict[int, int] = field(default_factory=dict)  # from a launcher's console
+    launcher_root: int | None = None  # torchrun's "Root Cause (first observed failure)"
+    outside: str | None = None  # the line saying the whole job was stopped from outside
+    launcher_lines: list[str] = field(default_factory=list)
+    printed: set[int] = field(default_factory=set)  # ranks seen printing anything
+    unreadable: list[tuple[str, str]] = field(default_factory=list)  # (file, why)
     signals: list[S.Signal] = field(default_factory=list)
     described: list[S.Signal] = field(default_factory=list)  # from every run (DETAIL & co.)
     stacks: dict[int, S.Signal] = field(default_factory=dict)
@@ -44,8 +56,8 @@ class Facts:
     def ranks(self) -> list[int]:
         if self.nprocs:
             return list(range(self.nprocs))
-        seen = set(self.exit_codes) | set(self.traces) | set(self.stacks)
-        seen |= {s.rank for s in self.signals if s.rank is not None}
+        seen = set(self.exit_codes) | set(self.traces) | set(self.stacks) | self.printed
+        seen |= {s.rank for s in self.signals if s.rank is not None} | set(self.reported_exits)
         return sorted(seen)
 
 
@@ -61,7 +73,7 @@ def _run_of(path: str, run_dirs: list[str]) -> str:
 def gather(ev: EvidenceSet) -> Facts:
     run_dirs = sorted({os.path.dirname(i.path) for i in ev.of("run_info")}) or [""]
     top = min(run_dirs, key=lambda d: (d.count(os.sep) if d else -1, d))
-    f = Facts(root=ev.root)
+    f = Facts(root=ev.root, unreadable=list(ev.skipped))
     info = next((i.data for i in ev.of("run_info") if os.path.dirname(i.path) == top), {})
     _run_facts(f, info)
     pid_rank = {r.get("pid"): r.get("rank") for r in info.get("ranks", []) if r.get("pid")}
@@ -73,6 +85,8 @@ def gather(ev: EvidenceSet) -> Facts:
             f.described += sigs
             if in_top:
                 f.signals += sigs
+                f.printed |= {r for r in S.split_by_rank(item.text, item.rank) if r is not None}
+                _launcher_facts(f, launcher.read(item.text), item.path)
         elif item.kind == "stacks" and in_top:
             rank = item.rank if item.rank is not None else _pid_rank(item.text, pid_rank)
             when = "snapshot" if "snapshot" in item.path else "timeout" if "timeout" in item.path else "dump"
@@ -80,23 +94,42 @@ def gather(ev: EvidenceSet) -> Facts:
             if rank is not None and (rank not in f.stacks or when == "snapshot"):
                 f.stacks[rank] = sig  # the snapshot shows the hang before any watchdog acted
         elif item.kind == "flight_recorder" and in_top and item.rank is not None:
-            calls = from_flight_recorder(item.data)
+            try:
+                calls = from_flight_recorder(item.data)
+            except MalformedDump as e:
+                f.unreadable.append((item.path, f"a Flight Recorder dump with malformed entries ({e})"))
+                continue
             if len(calls) >= len(f.traces.get(item.rank, [])):
                 f.traces[item.rank] = calls
                 f.trace_files[item.rank] = item.path
                 f.trace_source = "flight_recorder"
         elif item.kind == "nccl_log" and in_top:
-            nccl_paths.append(os.path.join(ev.root, item.path))
+            nccl_paths.append(item)
     if nccl_paths:
         _nccl_facts(f, nccl_paths)
+    if f.outside:  # a whole job stopped from outside: every rank ended by that, none by itself
+        f.stopped |= {r for r, c in {**f.reported_exits, **f.exit_codes}.items()
+                      if c is not None and c < 0}
     return f
+
+
+def _launcher_facts(f: Facts, rep: launcher.LauncherReport, path: str) -> None:
+    if not rep.seen:
+        return
+    f.reported_exits.update(rep.exit_codes)
+    f.stopped |= rep.stopped
+    f.launcher_root = rep.root if rep.root is not None else f.launcher_root
+    f.outside = f.outside or rep.outside
+    f.launcher_lines += rep.lines
+    for r in rep.oom:
+        f.signals.append(S.Signal("oom", r, path, f"SLURM: task {r}: Out Of Memory"))
 
 
 def _run_facts(f: Facts, info: dict) -> None:
     f.nprocs = info.get("nprocs")
     f.backend = info.get("backend")
     f.outcome = info.get("outcome")
-    f.stopped = set(info.get("stopped_by_dtlab") or [])
+    f.stopped = {r for r in info.get("stopped_by_dtlab") or [] if isinstance(r, int)}
     for r in info.get("ranks", []):
         f.exit_codes[r["rank"]] = r.get("exit_code")
         if r.get("duration_s") is not None:
@@ -116,21 +149,18 @@ def _console(item: Item) -> list[S.Signal]:
         out += S.line_signals(lines, rank, item.path)
         out += S.tracebacks(lines, rank, item.path)
         out += S.fatal_dumps("\n".join(lines), rank, item.path)
-    for m in S.TORCHRUN.finditer(item.text):  # torchrun's ChildFailedError summary
-        out.append(S.Signal("reported_exit", int(m[1]), item.path, m.group(0).splitlines()[0],
-                            {"exit_code": int(m[2]), "root": False}))
     return out
 
 
-def _nccl_facts(f: Facts, paths: list[str]) -> None:
+def _nccl_facts(f: Facts, items: list[Item]) -> None:
     from ...nccl_log import parse
 
-    try:
-        log = parse(paths)
+    try:  # the text load() read (bounded), not the files again: COLL lines carry host:pid
+        log = parse("\n".join(i.text for i in items) + "\n")
     except ValueError:
         return
     d = log.to_dict()
-    f.nccl_files = [os.path.relpath(p, f.root) for p in paths]
+    f.nccl_files = [i.path for i in items]
     f.nccl_divergence = d.get("divergence")
     f.nprocs = f.nprocs or d.get("world_size")
     for rank, rows in (d.get("collectives") or {}).items():

@@ -10,8 +10,18 @@ stacks             a py-spy dump (``Process N: ...`` then ``Thread ...``)
 console            any other text: rank output, torchrun/launcher console, dmesg, ...
 =================  ===============================================================
 
-Flight Recorder pickles are read with an unpickler that builds only plain data (dicts, lists,
-strings, numbers): a pickle from someone else's machine cannot run code here.
+Reading a folder dtlab did not write: only regular files are read (a FIFO, a device, a socket
+or a symlink -- which could point at /dev/zero -- is listed as skipped, never opened for
+reading), each through a non-blocking, no-follow open checked again with fstat, and at most
+``MAX_BYTES`` (64 MiB) of each file and ``MAX_TOTAL`` (512 MiB) in all are read; a larger file
+is skipped and said so. Every file that is skipped or cannot be made sense of (a Flight Recorder
+dump with malformed entries, a pickle of something else, binary junk) is *unreadable evidence*:
+listed with the reason in ``EvidenceSet.skipped`` and in the diagnosis, never a crash.
+
+Flight Recorder dumps are pickles (torch's own ``fr_trace`` analyzer unpickles them too). They
+are read with an unpickler that refuses every class -- the dumps torch 2.10/2.11 write hold only
+dicts, lists, tuples, strings, numbers and None, so none is needed -- so a pickle from someone
+else's machine cannot run code here.
 """
 
 from __future__ import annotations
@@ -21,9 +31,12 @@ import json
 import os
 import pickle
 import re
+import stat
 from dataclasses import dataclass, field
 
-MAX_BYTES = 64 << 20  # a larger file is not evidence a person produced on purpose
+MAX_BYTES = 64 << 20  # per file: a larger file is not evidence a person produced on purpose
+MAX_TOTAL = 512 << 20  # per folder: past this, files are listed but not read
+MAX_FILES = 5000  # per folder: a job's logs, not a file system
 _RANK_IN_NAME = re.compile(r"(?:rank|trace_|_r)[_\-]?(\d+)(?!.*\d)", re.IGNORECASE)
 _NCCL_LINE = re.compile(r"NCCL (INFO|WARN)")
 _PYSPY_HEAD = re.compile(r"^Process (\d+): ", re.MULTILINE)
@@ -56,7 +69,7 @@ class Item:
 class EvidenceSet:
     root: str
     items: list[Item] = field(default_factory=list)
-    skipped: list[str] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (path, why it was not used)
 
     def of(self, kind: str) -> list[Item]:
         return [i for i in self.items if i.kind == kind]
@@ -78,11 +91,12 @@ def classify(path: str, raw: bytes) -> tuple[str, object, str]:
     if raw[:1] == b"\x80":  # pickle protocol 2+
         try:
             obj = plain_pickle(raw)
-        except Exception:
-            return "unreadable", None, ""
+        except Exception as e:  # any failure to unpickle, whatever the bytes are
+            return "unreadable", None, f"a pickle that is not plain data ({_short(e)})"
         if isinstance(obj, dict) and "entries" in obj and "version" in obj:
             return "flight_recorder", obj, ""
-        return "unreadable", None, ""
+        return "unreadable", None, (f"a pickle of a {type(obj).__name__}, not a Flight "
+                                    f"Recorder dump (a dict with 'entries' and 'version')")
     text = raw.decode("utf-8", "replace")
     stripped = text.lstrip()
     if stripped.startswith("{"):
@@ -94,6 +108,9 @@ def classify(path: str, raw: bytes) -> tuple[str, object, str]:
             if "entries" in obj and "version" in obj:
                 return "flight_recorder", obj, ""
             if "nprocs" in obj and "ranks" in obj and "backend" in obj:
+                problem = _run_problem(obj)
+                if problem:
+                    return "unreadable", None, f"a run.json with {problem}"
                 return "run_info", obj, ""
             if "failure_class" in obj:
                 return "verdict", obj, ""
@@ -102,32 +119,112 @@ def classify(path: str, raw: bytes) -> tuple[str, object, str]:
     if _PYSPY_HEAD.search(text) and "Thread " in text:
         return "stacks", None, text
     if "\x00" in text[:4096]:
-        return "unreadable", None, ""
+        return "unreadable", None, "binary data, not text"
     return "console", None, text
 
 
+def _short(e: BaseException) -> str:
+    return f"{type(e).__name__}: {str(e)[:80]}"
+
+
+def read_regular(path: str, limit: int = MAX_BYTES) -> tuple[bytes | None, str]:
+    """(contents, "") of a regular file of at most ``limit`` bytes, else (None, why not).
+
+    Opened with O_NONBLOCK | O_NOFOLLOW, so neither a FIFO nor a symlink can block or redirect
+    the read, then checked with fstat: what is read is what was checked."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
+        return None, f"cannot open it ({e.strerror or _short(e)})"
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return None, "not a regular file"
+        if st.st_size > limit:
+            return None, f"larger than {limit >> 20} MiB ({st.st_size >> 20} MiB): not read"
+        chunks, n = [], 0
+        while n <= limit:
+            chunk = os.read(fd, min(1 << 20, limit + 1 - n))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            n += len(chunk)
+        if n > limit:  # it grew while being read
+            return None, f"larger than {limit >> 20} MiB: not read"
+        return b"".join(chunks), ""
+    except OSError as e:
+        return None, f"cannot read it ({e.strerror or _short(e)})"
+    finally:
+        os.close(fd)
+
+
+def _kind_of(mode: int) -> str:
+    for test, name in ((stat.S_ISLNK, "a symlink"), (stat.S_ISFIFO, "a FIFO"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def _run_problem(info: dict) -> str | None:
+    """What in a run.json is not as dtlab writes it (runtime/evidence.py), or None."""
+    ranks = info.get("ranks")
+    if not isinstance(ranks, list) or not all(
+            isinstance(r, dict) and isinstance(r.get("rank"), int) for r in ranks):
+        return "'ranks' not a list of {rank: int, ...}"
+    for r in ranks:
+        for key in ("exit_code", "pid"):
+            if r.get(key) is not None and not isinstance(r[key], int):
+                return f"a non-integer {key}"
+        if r.get("duration_s") is not None and not isinstance(r["duration_s"], (int, float)):
+            return "a non-numeric duration_s"
+    if info.get("nprocs") is not None and not isinstance(info["nprocs"], int):
+        return "a non-integer nprocs"
+    if not isinstance(info.get("stopped_by_dtlab") or [], list):
+        return "'stopped_by_dtlab' not a list"
+    return None
+
+
 def load(root: str) -> EvidenceSet:
-    """Read every file under ``root``; raise :class:`NoEvidence` if none of it is usable."""
+    """Read every regular file under ``root`` (bounded, see the module docstring); raise
+    :class:`NoEvidence` if none of it is usable."""
     if not os.path.isdir(root):
         raise NoEvidence(f"{root!r} is not a folder: give the evidence folder that `dtlab hang` "
                          f"wrote, or one holding logs, stack dumps and Flight Recorder dumps")
     ev = EvidenceSet(root=root)
-    for dirpath, dirnames, filenames in os.walk(root):
+    total = seen = 0
+    for dirpath, dirnames, filenames in os.walk(root):  # never follows symlinked folders
         dirnames.sort()
         for name in sorted(filenames):
             full = os.path.join(dirpath, name)
             rel = os.path.relpath(full, root)
-            if os.path.islink(full) or os.path.getsize(full) > MAX_BYTES:
-                ev.skipped.append(rel)
+            seen += 1
+            try:
+                mode = os.lstat(full).st_mode
+            except OSError as e:
+                ev.skipped.append((rel, f"cannot stat it ({e.strerror})"))
                 continue
-            with open(full, "rb") as f:
-                raw = f.read()
+            if not stat.S_ISREG(mode):
+                ev.skipped.append((rel, f"{_kind_of(mode)}: not read"))
+                continue
+            if seen > MAX_FILES or total >= MAX_TOTAL:
+                ev.skipped.append((rel, f"past dtlab's limit of {MAX_FILES} files / "
+                                        f"{MAX_TOTAL >> 20} MiB per folder: not read"))
+                continue
+            raw, why = read_regular(full, min(MAX_BYTES, MAX_TOTAL - total))
+            if raw is None:
+                ev.skipped.append((rel, why))
+                continue
+            total += len(raw)
             if not raw.strip():
                 continue
             kind, data, text = classify(full, raw)
-            if kind in ("unreadable", "verdict"):
-                ev.skipped.append(rel)
+            if kind == "unreadable":
+                ev.skipped.append((rel, text))
                 continue
+            if kind == "verdict":
+                continue  # an earlier diagnosis: never evidence for the next one
             ev.items.append(Item(rel, kind, rank_from_name(name), text, data))
     runs = sorted(os.path.dirname(i.path) for i in ev.of("run_info"))
     tops = [d for d in runs if not any(d != o and (o == "" or d.startswith(o + os.sep)) for o in runs)]
@@ -139,7 +236,8 @@ def load(root: str) -> EvidenceSet:
         raise NoEvidence(
             f"no evidence in {root!r}: found no NCCL_DEBUG log, Flight Recorder dump, py-spy "
             f"dump, run.json or console output"
-            + (f" (unreadable or skipped: {', '.join(ev.skipped[:5])})" if ev.skipped else "")
+            + (" (unreadable or skipped: " + "; ".join(f"{p}: {w}" for p, w in ev.skipped[:5])
+               + ")" if ev.skipped else "")
             + ". Record a failure with `dtlab hang KIND --out DIR` or point at your job's logs.")
     if not any(i.kind != "console" or _looks_distributed(i.text) for i in ev.items):
         raise NoEvidence(f"nothing in {root!r} looks like output of a distributed job (no "
@@ -150,4 +248,5 @@ def load(root: str) -> EvidenceSet:
 def _looks_distributed(text: str) -> bool:
     return bool(re.search(r"torch\.distributed|distributed_c10d|gloo|NCCL|ProcessGroup|"
                           r"CollectiveFingerPrint|monitoredBarrier|Watchdog|ChildFailedError|"
-                          r"\[dtlab-step\]|Traceback|\[rank ?\d+\]", text))
+                          r"\[dtlab-step\]|Traceback|\[rank ?\d+\]|^srun: |^slurmstepd: ", text,
+                          re.MULTILINE))

@@ -1,10 +1,29 @@
-"""How a verdict is worded: the symptoms listed beside the cause, ranks and groups as text."""
+"""How a verdict is worded: the symptoms listed beside the cause, ranks and groups as text.
+
+Exit wording comes from :mod:`dtlab.vocab` (``exit_summary``: "exit code 3", "killed by
+SIGKILL"), the one source of signal names. Text quoted from evidence is clipped at a word
+boundary with an ellipsis, never mid-word.
+"""
 
 from __future__ import annotations
 
-import signal
+from ...vocab import exit_summary
 
-from .traces import op_name
+
+def clip(text: str, most: int) -> str:
+    """``text`` on one line, at most ``most`` characters, cut at a word boundary with '…'.
+
+    >>> clip("Connection closed by peer [127.0.0.1]:2345", 30)
+    'Connection closed by peer…'
+    """
+    text = " ".join(str(text).split())
+    if len(text) <= most:
+        return text
+    cut = text[:most - 1]
+    space = cut.rfind(" ")
+    if space > most // 2:
+        cut = cut[:space]
+    return cut.rstrip(" ,;:([") + "…"
 
 
 def add_context(f, note, evidence: list, most: int = 10) -> None:
@@ -12,44 +31,61 @@ def add_context(f, note, evidence: list, most: int = 10) -> None:
 
     ``note(file, kind, finding)`` adds one item to ``evidence``; at most ``most`` in all."""
     for kind, say in (("fatal", lambda s: f"rank {s.rank}: {s.data['reason']}"
-                       + (f": {s.data['cpp_message'][:140]}" if s.data.get("cpp_message") else "")),
+                       + (f": {clip(s.data['cpp_message'], 140)}" if s.data.get("cpp_message") else "")),
                       ("gloo_size", lambda s: f"rank {s.rank}: gloo received {s.data['got']} "
                        f"bytes where it expected {s.data['expected']}"),
                       ("watchdog", lambda s: f"rank {s.rank}: NCCL watchdog: collective "
                        f"#{s.data['seq']} ({s.data['op']}) timed out"),
                       ("gloo_timeout", lambda s: f"rank {s.rank}: gloo {s.data['op']} timed "
                        f"out after {s.data['ms']} ms"),
-                      ("peer_lost", lambda s: f"rank {s.rank}: lost its peer ("
-                       f"{s.line.strip()[:90]})"),
-                      ("exception", lambda s: f"rank {s.rank}: {s.data['type']}: "
-                       f"{s.data['message'][:110]}")):
+                      ("peer_lost", lambda s: f"rank {s.rank}: lost its peer "
+                       f"({clip(s.line, 90)})"),
+                      ("exception", exception_finding)):
         for sig in f.of(kind):
             if len(evidence) >= most:
                 return
+            if sig.rank is None:
+                continue  # the launcher's own traceback (SignalException, ChildFailedError)
             note(sig.path, kind, say(sig))
     for r, st in sorted(f.stacks.items()):
         if len(evidence) >= most or not st.data.get("site"):
             continue
         note(st.path, "stacks", f"rank {r} ({st.data['when']}): in "
              f"{st.data.get('dist_op') or 'no collective'} at {st.data.get('site')}")
+    if f.outside:
+        note("console", "launcher", f"the whole job was stopped from outside ({clip(f.outside, 120)})"
+                                    f": no rank is blamed for the signals that ended it")
+    for line in f.launcher_lines[:3]:
+        if len(evidence) < most:
+            note("console", "launcher", clip(line, 160))
 
 
-def canon_op(dist_func: str) -> str:
-    return op_name(dist_func.replace("_into_tensor", "").replace("_tensor", "").replace("_single", ""))
+def exception_finding(s) -> str:
+    return (f"rank {s.rank}: {s.data['type']}: {clip(s.data['message'], 110)}"
+            + (f" (at {s.data['site']})" if s.data.get("site") else ""))
 
 
-def exit_text(code: int) -> str:
-    if code < 0:
-        try:
-            return f"was killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"was killed by signal {-code}"
-    return f"exited with code {code} without a Python exception"
+def add_unreadable(f, note, most: int = 20) -> None:
+    """One evidence line per file that was skipped or could not be made sense of."""
+    for path, why in f.unreadable[:most]:
+        note(path, "unreadable", why)
+    if len(f.unreadable) > most:
+        note("...", "unreadable", f"and {len(f.unreadable) - most} more files not used")
+
+
+def ended(code: int) -> str:
+    """How a rank with no Python traceback in the evidence ended: 'exit code 3', 'killed by
+    SIGKILL' (never 'without a Python exception': the traceback may be in output not given)."""
+    return exit_summary(code) + ("" if code < 0 else ", with no Python traceback in the evidence")
 
 
 def join(ranks) -> str:
     ranks = sorted(ranks)
     return ", ".join(map(str, ranks)) if ranks else "?"
+
+
+def ranks_word(ranks) -> str:
+    return ("rank " if len(list(ranks)) == 1 else "ranks ") + join(ranks)
 
 
 def per_rank_counts(counts: dict) -> str:
@@ -60,7 +96,17 @@ def describe(groups: dict) -> str:
     parts = []
     for sig, ranks in groups.items():
         if sig == ("none",):
-            parts.append(f"rank {join(ranks)}: none")
+            parts.append(f"{ranks_word(ranks)}: none")
         else:
-            parts.append(f"rank {join(ranks)}: " + " ".join(str(x) for x in sig if x is not None))
+            parts.append(f"{ranks_word(ranks)}: " + " ".join(str(x) for x in sig if x is not None))
     return "; ".join(parts)
+
+
+def undecided(ranks, tells: str) -> str:
+    """The sentence for a verdict with no majority: every candidate, and what would decide."""
+    return (f"With no majority, any of {ranks_word(ranks)} may be the odd one out; what would tell "
+            f"them apart: {tells}.")
+
+
+TELLS = ("the program's source at that call on each rank, a run with a third rank, or the "
+         "Flight Recorder stack (frames) of each rank's call")

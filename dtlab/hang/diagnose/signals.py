@@ -3,6 +3,12 @@
 Every pass turns matching lines into :class:`Signal` objects tagged with the rank they came from.
 Rank attribution, in order: a prefix on the line (``[rank 1]`` from dtlab, ``[rank1]:`` from
 torch's C++ logging, ``[default1]:`` from torchrun), else the file's name (``rank1.stderr.txt``).
+
+An exception is *primary* when it is the rank's own failure (a ValueError in the user's code, a
+bad argument to a collective) and *secondary* when it only reports what the collective library
+saw happen: a peer that went away, a timeout, a mismatch that gloo or TORCH_DISTRIBUTED_DEBUG
+caught, NCCL's watchdog (``CONSEQUENCE`` below). Only primary exceptions make the ``exception``
+failure class; the others are symptoms of a cause found elsewhere.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ import re
 from dataclasses import dataclass, field
 
 from ...runtime.stacks import is_library, main_thread, parse_threads
+from ...vocab import OPS, op_name
 
 _PREFIX = re.compile(r"^\[(?:rank ?(\d+)(?: [^\]]*)?|default(\d+))\]:? ?")
 
@@ -54,12 +61,31 @@ FINGERPRINT = re.compile(r"Rank (\d+) is running collective: CollectiveFingerPri
                          r"TensorDtypes=(\w+)")
 BARRIER = re.compile(r"Ranks? ([\d, ]+) failed to pass monitoredBarrier")
 STEP = re.compile(r"\[dtlab-step\] rank=(\d+) step=(\d+) phase=(\w+) t=([\d.]+)")
-TORCHRUN = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*\d+\)\s*\n\s*exitcode\s*:\s*(-?\d+)")
 DTLAB_FAILURE = re.compile(r"^----- rank (\d+) \[([^\]]*)\] (?:killed by (SIG\w+)|exit code (-?\d+))")
 NCCL_ERROR = re.compile(r"NCCL error|ncclInvalidUsage|ncclSystemError|ncclInternalError|"
                         r"ncclRemoteError|ncclUnhandledCudaError")
 EXC_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit)): (.*)$")
 TB_FRAME = re.compile(r'^\s*File "(.+)", line (\d+), in (.+)$')
+# an exception that reports what the collective library saw, not the rank's own bug: a peer
+# that went away (the runtime's errors.py marks the same messages secondary), a timeout, a
+# mismatch caught by gloo or by TORCH_DISTRIBUTED_DEBUG's checks, NCCL errors and watchdog
+CONSEQUENCE = re.compile(
+    r"Connection (?:closed|reset) by peer|Broken pipe|remote process exited|ncclRemoteError|"
+    r"communicator was aborted|Socket Timeout|Connection refused|ECONNRESET|EPIPE|"
+    r"/gloo/|enforce fail|Timed out|timed out|Timeout|Detected mismatch between collectives|"
+    r"failed to pass monitoredBarrier|Watchdog|NCCL error|nccl\w*Error|"
+    r"op\.preamble\.length|doesn't match expected size", re.IGNORECASE)
+# not a rank's own failure: the launcher's, a requested stop, or torch.distributed's own errors
+_NOT_PRIMARY_TYPES = re.compile(r"(?:^|\.)(?:SystemExit|KeyboardInterrupt|SignalException|"
+                                r"ChildFailedError|Dist\w*Error)$")
+
+
+def is_primary(sig: Signal) -> bool:
+    """Is this exception signal the rank's own failure (see the module docstring)?"""
+    return (sig.kind == "exception" and sig.rank is not None
+            and not _NOT_PRIMARY_TYPES.search(sig.data["type"])
+            and not OOM.search(f"{sig.data['type']}: {sig.data['message']}")
+            and not CONSEQUENCE.search(f"{sig.data['type']}: {sig.data['message']}"))
 
 
 def line_signals(lines: list[str], rank: int | None, path: str) -> list[Signal]:
@@ -156,15 +182,14 @@ def _user_site(frames) -> str | None:
     return None
 
 
-_DIST_FUNCS = {"all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter",
-               "reduce_scatter_tensor", "broadcast", "reduce", "all_to_all", "all_to_all_single",
-               "send", "recv", "isend", "irecv", "batch_isend_irecv", "barrier", "gather",
-               "scatter", "monitored_barrier", "all_gather_single"}
+# torch.distributed's API functions beyond the collectives' own names (vocab.op_name maps
+# all_gather_into_tensor, reduce_scatter_tensor, all_to_all_single, ... to those)
+_DIST_EXTRA = {"isend", "irecv", "batch_isend_irecv", "monitored_barrier"}
 
 
 def _dist_op(frames) -> str | None:
     """The torch.distributed call the rank is in (the frame inside distributed_c10d.py)."""
     for func, file, _ in frames if isinstance(frames, list) else list(frames):
-        if file.endswith("distributed_c10d.py") and func in _DIST_FUNCS:
+        if file.endswith("distributed_c10d.py") and (op_name(func) in OPS or func in _DIST_EXTRA):
             return func
     return None

@@ -11,40 +11,16 @@ Point-to-point calls (send/recv) are kept apart: they are paired, not matched ac
 
 from __future__ import annotations
 
-from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-# op names as torch (FR profiling names, DETAIL OpType) and NCCL spell them -> one spelling
-_OPS = {
-    "allreduce": "all_reduce", "all_reduce": "all_reduce",
-    "allgather": "all_gather", "all_gather": "all_gather", "_allgather_base": "all_gather",
-    "allgather_into_tensor_coalesced": "all_gather", "all_gather_into_tensor": "all_gather",
-    "_all_gather_base": "all_gather", "_reduce_scatter_tensor_base": "reduce_scatter",
-    "reducescatter": "reduce_scatter", "reduce_scatter": "reduce_scatter",
-    "_reduce_scatter_base": "reduce_scatter", "reduce_scatter_tensor": "reduce_scatter",
-    "broadcast": "broadcast", "reduce": "reduce", "alltoall": "all_to_all",
-    "alltoall_base": "all_to_all", "all_to_all": "all_to_all", "all_to_all_single": "all_to_all",
-    "barrier": "barrier", "gather": "gather", "scatter": "scatter",
-    "send": "send", "recv": "recv", "recvanysource": "recv",
-}
-_DTYPES = {"float": "float32", "float32": "float32", "ncclfloat32": "float32", "ncclfloat": "float32",
-           "bfloat16": "bfloat16", "ncclbfloat16": "bfloat16", "half": "float16",
-           "float16": "float16", "ncclfloat16": "float16", "double": "float64",
-           "ncclfloat64": "float64", "int": "int32", "ncclint32": "int32", "long": "int64",
-           "ncclint64": "int64", "char": "int8", "ncclint8": "int8", "byte": "uint8",
-           "nccluint8": "uint8"}
+from ...divergence import Divergence
+from ...divergence import first_divergence as _first_divergence
+from ...vocab import dtype_name, op_name
 
 
-def op_name(raw: str) -> str:
-    """'nccl:all_reduce', 'ALLREDUCE', 'AllReduce', '_ALLGATHER_BASE' -> 'all_reduce' etc."""
-    key = raw.split(":")[-1].strip().lower()
-    return _OPS.get(key, _OPS.get(key.replace("_", ""), key))
-
-
-def dtype_name(raw: str | None) -> str | None:
-    if raw is None:
-        return None
-    return _DTYPES.get(str(raw).lower(), str(raw).lower())
+class MalformedDump(ValueError):
+    """A Flight Recorder dump whose entries are not what torch writes (wrong types, missing
+    keys): unreadable evidence, never a crash."""
 
 
 @dataclass
@@ -109,18 +85,50 @@ def _is_user_stream(stream: list[dict]) -> int:
     return len(stream) - 2 * sum(map(_checker, stream))
 
 
+def _entry_problem(e) -> str | None:
+    """Why one Flight Recorder entry is not what torch writes, or None. Checked: the fields
+    dtlab reads, with the types torch 2.10/2.11 dumps hold (see data/h200x2-hang/*/fr)."""
+    if not isinstance(e, dict):
+        return f"an entry is a {type(e).__name__}, not a dict"
+    typed = (("collective_seq_id", int), ("profiling_name", str), ("input_sizes", list),
+             ("input_dtypes", list), ("frames", list), ("state", str),
+             ("process_group", (tuple, list)), ("time_created_ns", int), ("is_p2p", bool))
+    for key, kind in typed:
+        v = e.get(key)
+        if v is not None and (not isinstance(v, kind) or (kind is int and isinstance(v, bool))):
+            return f"{key} is a {type(v).__name__}"
+    if not e.get("is_p2p") and e.get("collective_seq_id") and "profiling_name" not in e:
+        return "a collective entry without profiling_name"
+    for shape in e.get("input_sizes") or []:
+        if not isinstance(shape, (list, tuple)) or not all(
+                isinstance(d, int) and not isinstance(d, bool) for d in shape):
+            return f"input_sizes holds {shape!r:.40}, not a list of ints"
+    if not all(isinstance(fr, dict) for fr in e.get("frames") or []):
+        return "frames holds something other than dicts"
+    return None
+
+
 def from_flight_recorder(dump: dict) -> list[Call]:
-    """Collective calls of the default process group in one rank's FR dump."""
+    """Collective calls of the default process group in one rank's FR dump.
+
+    Raises :class:`MalformedDump` (naming what is wrong) when ``entries`` is not a list of
+    entries as torch writes them."""
+    entries = dump.get("entries") if isinstance(dump, dict) else None
+    if not isinstance(entries, list):
+        raise MalformedDump(f"'entries' is a {type(entries).__name__}, not a list")
+    for i, e in enumerate(entries):
+        if problem := _entry_problem(e):
+            raise MalformedDump(f"entry {i}: {problem}")
     calls = []
-    entries = [e for e in dump.get("entries", [])
+    entries = [e for e in entries
                if not e.get("is_p2p") and e.get("collective_seq_id")
                and (str((e.get("process_group") or ("0",))[0]) in ("0", "")
-                    or "default" in str((e.get("process_group") or ("", ""))[1]))]
+                    or "default" in str((tuple(e.get("process_group") or ()) + ("", ""))[1]))]
     streams = _streams(entries)
     for e in max(streams, key=_is_user_stream) if streams else []:
         site = None
         for fr in e.get("frames") or []:
-            name = fr.get("filename", "")
+            name = str(fr.get("filename", ""))
             if not ("/torch/" in name or name.endswith("c10d_logger.py")):
                 site = f"{name.rsplit('/', 1)[-1]}:{fr.get('line')}"
                 break
@@ -146,58 +154,23 @@ def from_nccl_calls(rows: list[dict]) -> list[Call]:
     return calls
 
 
-@dataclass
-class Divergence:
-    seq: int
-    reason: str  # "op", "count", "dtype", "fewer_calls"
-    groups: dict[tuple, list[int]]  # signature (or "none") -> ranks
-    odd: list[int]  # the minority ranks, when one group is a strict minority of one kind
-    calls: dict[int, Call | None]
-    fewer: list[int]  # ranks that issued fewer collectives than the most any rank issued
+FIELDS = ("op", "count", "dtype")  # compared in this order (the reason is the first that differs)
 
 
 def first_divergence(traces: dict[int, list[Call]]) -> Divergence | None:
-    """Where the ranks' collective sequences first disagree (None if they never do)."""
+    """Where the ranks' collective sequences first disagree (None if they never do):
+    :func:`dtlab.divergence.first_divergence` over the collectives (p2p left out), with
+    ``position`` set to the collective's sequence number and, where both sides are Flight
+    Recorder entries, the kind of mismatch that torch's own analyzer reports."""
     traces = {r: [c for c in t if not c.p2p] for r, t in traces.items()}
-    if len(traces) < 2:
+    d = _first_divergence(traces, FIELDS)
+    if d is None:
         return None
-    longest = max(len(t) for t in traces.values())
-    for i in range(longest):
-        at = {r: (t[i] if i < len(t) else None) for r, t in traces.items()}
-        sigs = {r: (c.signature() if c else None) for r, c in at.items()}
-        if len(set(sigs.values())) == 1:
-            continue
-        present = {r: c for r, c in at.items() if c is not None}
-        if len(present) < len(at):
-            reason = "fewer_calls"
-        else:
-            ops = {c.op for c in present.values()}
-            counts = {c.count for c in present.values()}
-            reason = "op" if len(ops) > 1 else "count" if len(counts) > 1 else "dtype"
-            reason = torch_match(list(present.values()), len(traces)) or reason
-        groups: dict[tuple, list[int]] = {}
-        for r, s in sigs.items():
-            groups.setdefault(s if s is not None else ("none",), []).append(r)
-        most = max(len(t) for t in traces.values())
-        fewer = sorted(r for r, t in traces.items() if len(t) < most)
-        seq = next(c.seq for c in at.values() if c is not None)
-        return Divergence(seq, reason, groups, odd_one_out(groups), at, fewer)
-    return None
-
-
-def odd_one_out(groups: dict) -> list[int]:
-    """The ranks of the single smallest group, if it is strictly smaller than every other and
-    the rest agree (one majority); else [] (e.g. two ranks that disagree: no majority)."""
-    if len(groups) < 2:
-        return []
-    sizes = Counter(len(v) for v in groups.values())
-    ordered = sorted(groups.values(), key=len)
-    smallest, largest = ordered[0], ordered[-1]
-    if len(groups) == 2 and len(smallest) < len(largest):
-        return sorted(smallest)
-    if len(groups) > 2 and sizes[len(largest)] == 1 and len(largest) > sum(map(len, ordered[:-1])):
-        return sorted(r for g in ordered[:-1] for r in g)
-    return []
+    present = [c for c in d.items.values() if c is not None]
+    reason = d.reason
+    if reason != "fewer_calls":
+        reason = torch_match(present, len(traces)) or reason
+    return replace(d, position=present[0].seq, reason=reason)
 
 
 # torch's Flight Recorder analyzer (torch.distributed.flight_recorder) compares two ranks'
@@ -219,8 +192,8 @@ def torch_match(calls: list[Call], world: int) -> str | None:
     members = {"0": set(range(world))}
     try:
         ops = [Op(c.entry, members, "0") for c in calls]
-    except (AssertionError, KeyError, ValueError):
-        return None
+    except (AssertionError, KeyError, ValueError, TypeError, IndexError, AttributeError):
+        return None  # the analyzer's own assumptions about an entry do not hold: no opinion
     for other in ops[1:]:
         state = getattr(ops[0].match(other), "state", None)
         name = getattr(state, "name", "")
