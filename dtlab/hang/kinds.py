@@ -141,17 +141,20 @@ def training_loop(kind: str, delay: float = 1.0) -> float:
 
 def _p2p_ring_send_first(world: int) -> None:
     """Every rank sends to its right neighbour, then receives from its left one. Blocking sends
-    of a large buffer never complete: each waits for a receive its peer has not posted yet."""
+    of a large buffer never complete: each waits for a receive its peer has not posted yet.
+    The send and the receive use separate buffers, as a correct ring exchange would: the only
+    bug is the order."""
     import torch
     import torch.distributed as dist
 
     import dtlab
 
     rank = dist.get_rank()
-    big = torch.ones(16 << 20, device=dtlab.device())  # 64 MB: far beyond any socket buffer
-    dist.send(big, dst=(rank + 1) % world)  # <- the bug: everyone sends first
-    dist.recv(big, src=(rank - 1) % world)
-    if big.is_cuda:
+    outgoing = torch.ones(16 << 20, device=dtlab.device())  # 64 MB: far beyond any socket buffer
+    incoming = torch.empty_like(outgoing)
+    dist.send(outgoing, dst=(rank + 1) % world)  # <- the bug: everyone sends first
+    dist.recv(incoming, src=(rank - 1) % world)
+    if incoming.is_cuda:
         torch.cuda.synchronize()
 
 

@@ -94,7 +94,7 @@ def reproduce(kind: str, nprocs: int = 3, backend: str = "auto", timeout: float 
 def _one_run(kind: str, nprocs: int, backend: str, timeout: float, out: str, delay: float,
              pg_timeout: float, detail: bool) -> tuple[str, str | None]:
     os.makedirs(out, exist_ok=True)
-    env = {"DTLAB_PG_TIMEOUT_S": str(pg_timeout)}
+    env = {}
     if detail:
         env["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL"
     if backend == "nccl":
@@ -104,9 +104,22 @@ def _one_run(kind: str, nprocs: int, backend: str, timeout: float, out: str, del
     # provenance for people; `dtlab diagnose` never reads this section
     meta = {"reproducer": {"tool": "dtlab hang", "kind": kind, "culprit_rank": 1 % nprocs,
                            "pg_timeout_s": pg_timeout, "detail": detail, "env": env}}
+    # The runtime reads the collective timeout from DTLAB_PG_TIMEOUT_S in each rank's
+    # environment but refuses DTLAB_* keys in env=, so it is inherited from this process for
+    # the length of the launch (until launch() takes the timeout as an argument).
+    saved = os.environ.get(_PG_TIMEOUT)
+    os.environ[_PG_TIMEOUT] = str(pg_timeout)
     try:
         launch(training_loop, (kind, delay), nprocs=nprocs, backend=backend, timeout=timeout,
                env=env, snapshot_quiet=2.0, evidence_dir=out, meta=meta, failure_grace=5.0)
         return "ok", None
     except (RankError, HangError) as e:
         return type(e).__name__, str(e).splitlines()[0]
+    finally:
+        if saved is None:
+            os.environ.pop(_PG_TIMEOUT, None)
+        else:
+            os.environ[_PG_TIMEOUT] = saved
+
+
+_PG_TIMEOUT = "DTLAB_PG_TIMEOUT_S"
