@@ -26,8 +26,9 @@ def _postmortem(evidence_dir: str):
     if d.failure_class in ("no_failure", "timeout_unknown"):
         return d, None
     culprit = ", ".join(map(str, d.culprit_ranks)) or "-"
-    return d, (f"Diagnosis (err.diagnosis): {d.failure_class}, culprit rank(s) {culprit}. "
-               f"{d.summary}")
+    who = (f"culprit rank(s) {culprit}" if d.confident
+           else f"candidates {culprit} (unsure: see the summary)")
+    return d, f"Diagnosis (err.diagnosis): {d.failure_class}, {who}. {d.summary}"
 
 
 from .runtime.evidence import set_postmortem as _set_postmortem  # noqa: E402

@@ -286,7 +286,7 @@ def build_parser() -> argparse.ArgumentParser:
     dg.add_argument("--no-detail", dest="detail", action="store_false")
     h.set_defaults(func=_hang)
     dgn = sub.add_parser("diagnose", help="name the cause of a hang or crash from an evidence "
-                         "folder (NCCL logs, Flight Recorder, py-spy, console output)",
+                         "folder (NCCL logs, Flight Recorder, py-spy, run.json, torchrun/SLURM consoles)",
                          epilog="exit status: 0 no failure found, 1 failure found (named in the "
                          "output), 2 no usable evidence (or bad arguments)")
     dgn.add_argument("dir", help="the folder to read (any mix of evidence files)")

@@ -104,22 +104,10 @@ def _one_run(kind: str, nprocs: int, backend: str, timeout: float, out: str, del
     # provenance for people; `dtlab diagnose` never reads this section
     meta = {"reproducer": {"tool": "dtlab hang", "kind": kind, "culprit_rank": 1 % nprocs,
                            "pg_timeout_s": pg_timeout, "detail": detail, "env": env}}
-    # The runtime reads the collective timeout from DTLAB_PG_TIMEOUT_S in each rank's
-    # environment but refuses DTLAB_* keys in env=, so it is inherited from this process for
-    # the length of the launch (until launch() takes the timeout as an argument).
-    saved = os.environ.get(_PG_TIMEOUT)
-    os.environ[_PG_TIMEOUT] = str(pg_timeout)
     try:
         launch(training_loop, (kind, delay), nprocs=nprocs, backend=backend, timeout=timeout,
-               env=env, snapshot_quiet=2.0, evidence_dir=out, meta=meta, failure_grace=5.0)
+               env=env, snapshot_quiet=2.0, evidence_dir=out, meta=meta, failure_grace=5.0,
+               pg_timeout=pg_timeout)
         return "ok", None
     except (RankError, HangError) as e:
         return type(e).__name__, str(e).splitlines()[0]
-    finally:
-        if saved is None:
-            os.environ.pop(_PG_TIMEOUT, None)
-        else:
-            os.environ[_PG_TIMEOUT] = saved
-
-
-_PG_TIMEOUT = "DTLAB_PG_TIMEOUT_S"

@@ -56,7 +56,8 @@ def run(fn, *args, nprocs: int | None = None, backend: str = "auto", timeout: fl
 def launch(fn, args: tuple = (), kwargs: dict | None = None, *, nprocs: int | None = None,
            backend: str = "auto", timeout: float | None = 300, env: dict | None = None,
            snapshot_quiet: float | None = None, evidence_dir: str | None = None,
-           meta: dict | None = None, failure_grace: float = FAILURE_GRACE) -> Results:
+           meta: dict | None = None, failure_grace: float = FAILURE_GRACE,
+           pg_timeout: float | None = None) -> Results:
     """:func:`run` with the post-mortem knobs that tools such as :mod:`dtlab.hang` need.
 
     ``snapshot_quiet``: once every live rank has been silent that many seconds (a hang
@@ -64,10 +65,11 @@ def launch(fn, args: tuple = (), kwargs: dict | None = None, *, nprocs: int | No
     are still stuck, before any watchdog tears them down. ``evidence_dir``: write the evidence
     there (see :mod:`dtlab.runtime.evidence`); ``meta`` goes into its ``run.json``.
     ``failure_grace``: after the first rank fails, how long the others get to fail on their own
-    (and dump their evidence) before they are stopped.
+    (and dump their evidence) before they are stopped. ``pg_timeout``: the collective timeout
+    every rank's ``init_process_group`` gets (torch's default when None).
     """
     kwargs = kwargs or {}
-    plan = _plan.resolve(nprocs, backend, env)
+    plan = _plan.resolve(nprocs, backend, env, pg_timeout)
     timeout = _plan.check_timeout(timeout)
     call = pack_call(fn, args, kwargs)
     context = cloudpickle.dumps(parent_context(fn, *args, *kwargs.values()))

@@ -27,6 +27,7 @@ class Plan:
     devices: list[str]
     note: str = ""
     env: dict[str, str] = field(default_factory=dict)
+    pg_timeout: float | None = None  # init_process_group(timeout=...) in every rank
 
     def labels(self) -> dict[int, str]:
         return {r: f"rank {r} {d}" if d != "cpu" else f"rank {r}" for r, d in enumerate(self.devices)}
@@ -42,7 +43,8 @@ def gpu_count() -> int:
         return 0
 
 
-def resolve(nprocs: int | None = None, backend: str = "auto", env: dict | None = None) -> Plan:
+def resolve(nprocs: int | None = None, backend: str = "auto", env: dict | None = None,
+            pg_timeout: float | None = None) -> Plan:
     """Validate the launch arguments and return the :class:`Plan`; raise :class:`LaunchError`."""
     if not isinstance(backend, str) or backend.lower() not in BACKENDS:
         raise LaunchError(f"backend={backend!r} is not one of {', '.join(map(repr, BACKENDS))}.")
@@ -52,6 +54,7 @@ def resolve(nprocs: int | None = None, backend: str = "auto", env: dict | None =
     if nprocs is not None and nprocs < 1:
         raise LaunchError(f"nprocs={nprocs} must be at least 1.")
     checked_env = check_env(env)
+    pg_timeout = check_timeout(pg_timeout, "pg_timeout")
 
     import torch.distributed as dist
 
@@ -81,7 +84,8 @@ def resolve(nprocs: int | None = None, backend: str = "auto", env: dict | None =
         raise LaunchError("backend='gloo' is not available in this torch build; "
                           "run `dtlab doctor`.")
     devices = [f"cuda:{i}" for i in range(n)] if backend == "nccl" else ["cpu"] * n
-    return Plan(nprocs=n, backend=backend, devices=devices, note=note, env=checked_env)
+    return Plan(nprocs=n, backend=backend, devices=devices, note=note, env=checked_env,
+                pg_timeout=pg_timeout)
 
 
 # Set by dtlab for every launch (rank_envs): a value from env= would make the ranks wait for a
@@ -153,6 +157,8 @@ def rank_envs(plan: Plan, master_port: int, extra: dict[str, str] | None = None
         # NCCL's bootstrap opens listening sockets on the interface this names (by default the
         # first that is not loopback); one host needs none other than lo. env= may override.
         common["NCCL_SOCKET_IFNAME"] = "lo"
+    if plan.pg_timeout is not None:
+        common["DTLAB_PG_TIMEOUT_S"] = repr(plan.pg_timeout)
     common.update(plan.env)
     common.update(extra or {})
     envs = {}

@@ -52,8 +52,8 @@ class Pool:
     """N persistent ranks with the default process group initialized (see module docstring)."""
 
     def __init__(self, nprocs: int | None = None, backend: str = "auto", env: dict | None = None,
-                 start_timeout: float = 300.0):
-        self.plan = _plan.resolve(nprocs, backend, env)
+                 start_timeout: float = 300.0, pg_timeout: float | None = None):
+        self.plan = _plan.resolve(nprocs, backend, env, pg_timeout)
         self.start_timeout = _plan.check_timeout(start_timeout, "start_timeout")
         self.broken: str | None = None
         self.restarts = 0
