@@ -13,7 +13,7 @@ if [ -n "$base" ]; then
   python3 bench/versus.py --base-tree "$base" --backend nccl --rounds 5 --cells 200 --launches 1 2>&1 | tee "$out/versus_nccl.txt"
 fi
 for kind in ${HANG_KINDS:-p2p_deadlock}; do
-  python3 -m dtlab hang "$kind" --backend nccl --out "$out/hang-$kind" > "$out/hang-$kind.console.txt" 2>&1
+  python3 -m dtlab hang "$kind" --backend nccl --nprocs 2 --out "$out/hang-$kind" > "$out/hang-$kind.console.txt" 2>&1
   echo "hang $kind: rc $?"; tail -5 "$out/hang-$kind.console.txt"
 done
 (cd "$out" && tar czf hang.tgz hang-* && rm -rf hang-*/)
