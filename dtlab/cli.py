@@ -9,7 +9,7 @@
 
 Bad input -- a wrong flag value, a file that is not there -- is one line on stderr,
 ``dtlab CMD: what is wrong and what to do``, and exit status 2, before any rank starts
-(DESIGN.md, CLI). Each command checks its arguments inside ``with arguments():``; only what is
+(ARCHITECTURE.md, "Contracts"). Each command checks its arguments inside ``with arguments():``; only what is
 raised there, and :class:`dtlab.LaunchError` (raised before a launch by definition), is reported
 that way. A failure while ranks run keeps its traceback: it is not the user's typo.
 """

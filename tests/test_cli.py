@@ -1,5 +1,5 @@
 """``dtlab CMD`` with bad input: one line on stderr naming what is wrong, exit status 2, no
-traceback, nothing launched (DESIGN.md, CLI). Every case fails before a rank could start. Each
+traceback, nothing launched (ARCHITECTURE.md, "Contracts"). Every case fails before a rank could start. Each
 command's first case runs as a real ``python -m dtlab`` (all at once: ~0.5 s of start-up each);
 every case also runs in this process through :func:`dtlab.cli.main`, which is what costs nothing."""
 

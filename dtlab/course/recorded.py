@@ -10,7 +10,7 @@ screen, with the machine and the date, so nobody mistakes it for a measurement o
     #   machine: vm, 32 CPU cores, ... | GPUs: NVIDIA H200, ... | date: 2026-11-26 02:33 | provenance: ...
     log.text          # the file's contents, exactly as captured
 
-Every capture folder under ``data/`` has a README.md (DESIGN.md, "Data") with, among the rest,
+Every capture folder under ``data/`` has a README.md (ARCHITECTURE.md, "Contracts") with, among the rest,
 one line ``machine: ...`` and one line ``date: ...``, and optionally ``GPUs: ...`` (list
 bullets, markdown emphasis and a parenthesis such as ``date (UTC):`` are fine). The README nearest to the file, walking up to ``data/``, is its provenance.
 """
@@ -64,7 +64,7 @@ def _provenance(path: str, root: str) -> str:
         if os.path.samefile(here, root) or os.path.dirname(here) == here:
             raise CourseError(
                 f"no README.md describes {os.path.relpath(path, root)}: every capture folder "
-                f"under {root} needs one (machine, GPUs, versions, date, command; DESIGN.md).")
+                f"under {root} needs one (machine, GPUs, versions, date, command; ARCHITECTURE.md).")
         here = os.path.dirname(here)
 
 

@@ -34,7 +34,7 @@ from ..vocab import parse_size
 
 ALGORITHMS = ("Ring", "Tree", "CollnetDirect", "CollnetChain", "PAT")
 PROTOCOLS = ("LL", "LL128", "Simple")
-FORCED = {"NCCL_NVLS_ENABLE": "0"}  # DESIGN.md, Safety: NVLink multicast stays off
+FORCED = {"NCCL_NVLS_ENABLE": "0"}  # ARCHITECTURE.md, "Contracts": NVLink multicast stays off
 
 # name -> what a value must be; the order is the order of columns and labels
 VARS = {
