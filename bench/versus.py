@@ -77,7 +77,8 @@ def main() -> None:
     got = {k: [] for k in trees}
     try:
         for i in range(a.rounds):
-            for name, tree in trees.items():
+            order = list(trees.items())
+            for name, tree in (order if i % 2 == 0 else order[::-1]):  # no first-mover bias
                 env = dict(os.environ, PYTHONPATH=tree, DTLAB_OUTPUT="none")
                 p = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "versus.py"),
                                     "--probe", "--cells", str(a.cells), "--launches",
