@@ -5,7 +5,8 @@ output -- NCCL_DEBUG lines, ``os.write(1, ...)``, printf from an extension -- is
 Python prints, and a rank printing 100 MB never blocks on a pipe. The parent reads what is new
 in each file on every tick of its wait loop and shows it:
 
-* in a Jupyter kernel with ipywidgets: one pane per rank (``PanesSink``);
+* in a Jupyter kernel with ipywidgets: live panes, one per rank that printed, replaced by a
+  static HTML + text copy when the command ends, so the saved notebook keeps it (``PanesSink``);
 * elsewhere (terminal, nbclient/nbgrader execution): lines prefixed ``[rank N]`` (``LinesSink``).
 
 ``DTLAB_OUTPUT=panes|lines|none`` overrides the choice. What is shown is capped per rank
@@ -15,7 +16,9 @@ in each file on every tick of its wait loop and shows it:
 from __future__ import annotations
 
 import codecs
+import html
 import os
+import re
 import sys
 from typing import Callable
 
@@ -96,41 +99,260 @@ class LinesSink:
 
 
 class PanesSink:
-    """One ipywidgets Output pane per rank, side by side (up to 4 a row)."""
+    """Live per-rank panes (ipywidgets) that leave a static copy in the notebook when they close.
+
+    Live, a pane per rank that has printed, filled as the rank writes. On ``close()`` the display
+    is replaced in place (same ``display_id``) by plain HTML of the same layout plus a
+    ``[rank N] line`` text fallback, and the widgets are closed: widget state is not saved with a
+    notebook, so without this a reopened notebook, a submission and its feedback would show
+    "Error displaying widget: model not found" instead of what the ranks printed.
+
+    Layout (``arrange``), chosen for a learner reading a run, live and in the saved copy alike:
+
+    * a rank that printed nothing gets no box, only a line ``ranks 1, 2: no output``;
+    * one rank printing (rank 0's nccl-tests table) takes the full width;
+    * two ranks with short lines sit side by side, which makes them easy to compare;
+    * anything else -- a line wider than ``WIDE_LINE`` characters (a table, a traceback) or 3+
+      ranks printing -- stacks the panes full-width, one per rank: columns narrower than half a
+      notebook cut every line, and a row of small boxes hides most of each;
+    * lines never wrap (``white-space: pre``); a pane scrolls sideways for wide lines;
+    * a pane grows with its text up to a cap (32em alone, 24em side by side, 18em stacked) and
+      then follows the tail (``flex-direction: column-reverse`` keeps the scroll at the bottom,
+      with no script), because the last lines -- the result, the error, the bandwidth summary --
+      are the ones to see; scroll up for the start.
+
+    Nothing is displayed until a rank prints, so a cell whose ranks are silent shows nothing.
+    """
 
     def __init__(self):
         import ipywidgets as w
 
         self._w = w
         self.panes: dict[int, object] = {}
+        self.widget = None
+        self._handle = None
+        self._boxes: dict[int, object] = {}
+        self._ranks: list[int] = []
+        self._labels: dict[int, str] = {}
+        self.transcripts: dict[int, Transcript] = {}
 
     def start(self, ranks: list[int], labels: dict[int, str]) -> None:
-        from IPython.display import display
-
-        w = self._w
-        boxes = []
-        for r in ranks:
-            out = w.Output(layout=w.Layout(max_height="320px", overflow="auto",
-                                           border="1px solid #ccc", padding="2px 6px"))
-            self.panes[r] = out
-            boxes.append(w.VBox([w.HTML(f"<b>{labels.get(r, f'rank {r}')}</b>"), out],
-                                layout=w.Layout(width="100%")))
-        cols = min(len(boxes), 4)
-        self.widget = w.GridBox(boxes, layout=w.Layout(
-            grid_template_columns=f"repeat({cols}, minmax(0, 1fr))", grid_gap="6px"))
-        display(self.widget)
+        self._ranks, self._labels = list(ranks), labels
+        self.transcripts = {r: Transcript() for r in ranks}
 
     def write(self, rank: int, stream: str, text: str) -> None:
-        pane = self.panes.get(rank)
-        if pane is None:
+        t = self.transcripts.get(rank)
+        if t is None or not text:
             return
+        if self.widget is None:
+            self._show()
+        before = (bool(t.chunks), t.widest > WIDE_LINE)
+        t.add(stream, text)
+        pane = self.panes[rank]
         if stream == "err":
             pane.append_stderr(text)
         else:
             pane.append_stdout(text)
+        if (bool(t.chunks), t.widest > WIDE_LINE) != before:
+            self._arrange()
 
     def close(self) -> None:
-        pass
+        """Replace the live panes by their static copy (idempotent)."""
+        if self._handle is None:
+            return
+        handle, self._handle = self._handle, None
+        handle.update({"text/html": static_html(self.transcripts, self._ranks, self._labels),
+                       "text/plain": static_text(self.transcripts, self._ranks, self._labels)},
+                      raw=True)
+        for box in self._boxes.values():  # silent ranks' boxes are not in the grid
+            _close_widget(box)
+        _close_widget(self.widget)
+
+    def _show(self) -> None:
+        from IPython.display import display
+
+        w = self._w
+        self._boxes = {}
+        for r in self._ranks:
+            out = w.Output(layout=w.Layout(display="flex", flex_flow="column-reverse",
+                                           overflow="auto", border="1px solid #ccc",
+                                           padding="2px 6px", max_height="32em"))
+            out.add_class("dtlab-pane")
+            self.panes[r] = out
+            title = w.HTML(f"<b>{html.escape(self._labels.get(r, f'rank {r}'))}</b>")
+            self._boxes[r] = w.VBox([title, out], layout=w.Layout(min_width="0"))
+        self._grid = w.GridBox([], layout=w.Layout(grid_gap="6px"))
+        self._silent = w.HTML()
+        css = w.HTML(LIVE_CSS, layout=w.Layout(display="none"))  # a <style> applies unseen
+        self.widget = w.VBox([css, self._grid, self._silent])
+        self.widget.add_class("dtlab-panes")
+        bundle = self.widget._repr_mimebundle_()
+        bundle["text/plain"] = ("dtlab: live per-rank output; a static copy replaces it when "
+                                "the cell ends")
+        self._handle = display(bundle, raw=True, display_id=True)
+
+    def _arrange(self) -> None:
+        printed = [r for r in self._ranks if self.transcripts[r].chunks]
+        cols, height = arrange(len(printed), max(self.transcripts[r].widest for r in printed))
+        self._grid.layout.grid_template_columns = f"repeat({cols}, minmax(0, 1fr))"
+        for r in printed:
+            self.panes[r].layout.max_height = height
+        self._grid.children = [self._boxes[r] for r in printed]
+        silent = [r for r in self._ranks if r not in printed]
+        self._silent.value = (f'<span style="color:#777">{no_output_line(silent, "yet")}</span>'
+                              if silent else "")
+
+
+# Live panes only: ipywidgets' HTML is inserted as is, so this <style> applies (the static copy
+# uses inline styles, which survive JupyterLab's sanitizer in untrusted notebooks).
+LIVE_CSS = """<style>
+.dtlab-panes .dtlab-pane .jp-OutputArea, .dtlab-panes .dtlab-pane .jp-OutputArea-child,
+.dtlab-panes .dtlab-pane .jp-OutputArea-output { overflow: visible; }  /* the pane scrolls */
+.dtlab-panes .dtlab-pane .jp-OutputArea-output pre {
+  white-space: pre; word-break: normal; overflow-wrap: normal; overflow: visible; }
+</style>"""
+
+WIDE_LINE = 72       # characters: about half of a JupyterLab notebook's width in code font
+STATIC_KEEP = 20_000  # characters per rank in the saved copy (a quarter from the start, the rest
+#                      from the end): the saved notebook stays small; results keep everything
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+class Transcript:
+    """What one rank showed, in order: (stream, text) chunks and its widest line so far."""
+
+    def __init__(self):
+        self.chunks: list[tuple[str, str]] = []
+        self.widest = 0
+        self._line = 0  # length of the unfinished last line
+
+    def add(self, stream: str, text: str) -> None:
+        self.chunks.append((stream, text))
+        first, *rest = text.split("\n")
+        self._line += len(first)
+        self.widest = max(self.widest, self._line, *map(len, rest))
+        if rest:
+            self._line = len(rest[-1])
+
+    def kept(self, keep: int = STATIC_KEEP) -> list[tuple[str, str]]:
+        """Chunks merged by stream; past ``keep`` characters the middle is cut out, with a note
+        (stream ``"note"``) where: the saved notebook stays small, the results keep everything."""
+        merged: list[list[str]] = []
+        for stream, text in self.chunks:
+            if merged and merged[-1][0] == stream:
+                merged[-1][1] += text
+            else:
+                merged.append([stream, text])
+        flat = "".join(t for _, t in merged)
+        if len(flat) <= keep:
+            return [(s, t) for s, t in merged]
+        head, tail = keep // 4, len(flat) - (keep - keep // 4)
+        head = _after_newline(flat, head)  # cut at line ends where one is near
+        tail = _after_newline(flat, tail)
+        out, pos = [], 0
+        for stream, text in merged:
+            a, b = pos, pos + len(text)
+            pos = b
+            if a < head:
+                out.append((stream, text[:head - a]))
+            if b > tail:
+                if a <= tail:
+                    out.append(("note", f"[dtlab: {tail - head:,} characters not kept in the "
+                                        f"saved notebook; all of them are in the results "
+                                        f"(.stdout / .stderr)]\n"))
+                out.append((stream, text[max(tail - a, 0):]))
+        return out
+
+
+def _after_newline(text: str, i: int, near: int = 400) -> int:
+    j = text.find("\n", i, i + near)
+    return i if j < 0 else j + 1
+
+
+def static_html(transcripts: dict[int, Transcript], ranks: list[int],
+                labels: dict[int, str]) -> str:
+    """The saved copy: the panes' layout in plain HTML with inline styles (no script, no widget)."""
+    printed = [r for r in ranks if transcripts[r].chunks]
+    silent = [r for r in ranks if r not in printed]
+    parts = []
+    if printed:
+        cols, height = arrange(len(printed), max(transcripts[r].widest for r in printed))
+        parts.append(f'<div class="dtlab-output" data-columns="{cols}" style="display:grid; '
+                     f'grid-template-columns:repeat({cols}, minmax(0, 1fr)); gap:6px">')
+        for r in printed:
+            body = "".join(_span(stream, text) for stream, text in transcripts[r].kept())
+            parts.append(
+                f'<div class="dtlab-rank" data-rank="{r}" style="min-width:0">'
+                f'<div style="font-weight:bold; line-height:28px">'  # as tall as the live title
+                f'{html.escape(labels.get(r, f"rank {r}"))}</div>'
+                f'<div style="display:flex; flex-direction:column-reverse; max-height:{height}; '
+                f'overflow:auto; border:1px solid #ccc; padding:2px 6px">'
+                f'<pre style="white-space:pre; word-break:normal; overflow:visible; margin:0">'
+                f'{body}</pre></div></div>')
+        parts.append("</div>")
+    if silent:
+        parts.append(f'<div class="dtlab-silent" style="color:#777">{no_output_line(silent)}'
+                     f'</div>')
+    return "".join(parts)
+
+
+def _span(stream: str, text: str) -> str:
+    text = html.escape(_ANSI.sub("", text))
+    if stream == "err":
+        return f'<span style="background-color:rgba(255, 0, 0, 0.08)">{text}</span>'
+    if stream == "note":
+        return f'<span style="color:#777; font-style:italic">{text}</span>'
+    return text
+
+
+def static_text(transcripts: dict[int, Transcript], ranks: list[int],
+                labels: dict[int, str]) -> str:
+    """The saved copy as ``[rank N] line`` text, for viewers without HTML (and for grep)."""
+    lines, silent = [], []
+    for r in ranks:
+        kept = transcripts[r].kept()
+        if not kept:
+            silent.append(r)
+            continue
+        prefix = f"[{labels.get(r, f'rank {r}')}] "
+        text = _ANSI.sub("", "".join(t for _, t in kept))
+        lines += [prefix + ln for ln in text.rstrip("\n").split("\n")]
+    if silent:
+        lines.append(no_output_line(silent))
+    return "\n".join(lines)
+
+
+def _close_widget(widget) -> None:
+    """Close a widget, its children and their layout and style models: the kernel and the
+    frontend then hold none of them (nor a saved notebook's widget state)."""
+    for child in getattr(widget, "children", ()):
+        _close_widget(child)
+    parts = [getattr(widget, name, None) for name in ("layout", "style")]
+    widget.close()
+    for part in parts:
+        if part is not None:
+            part.close()
+
+
+def arrange(printed: int, widest: int) -> tuple[int, str]:
+    """(columns, max height of each pane) for ``printed`` ranks with output, widest line given.
+
+    >>> arrange(2, 40), arrange(2, 130), arrange(1, 130), arrange(4, 20)
+    ((2, '24em'), (1, '18em'), (1, '32em'), (1, '18em'))
+    """
+    if printed == 2 and widest <= WIDE_LINE:
+        return 2, "24em"
+    return 1, ("32em" if printed <= 1 else "18em")
+
+
+def no_output_line(ranks: list[int], yet: str = "") -> str:
+    """The one line that stands for ranks that printed nothing.
+
+    >>> no_output_line([1, 2]), no_output_line([3], "yet")
+    ('ranks 1, 2: no output', 'rank 3: no output yet')
+    """
+    which = "ranks " if len(ranks) > 1 else "rank "
+    return which + ", ".join(map(str, ranks)) + ": no output" + (f" {yet}" if yet else "")
 
 
 class NullSink:
