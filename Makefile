@@ -1,6 +1,7 @@
 # dtlab -- two commands on a fresh machine:
 #   make lab    install into .venv (created or reused) and open the course in JupyterLab
 #   make test   install into .venv and run the whole test suite
+# (instructors: `make instructor-lab`, and grading/README.md)
 #
 # torch: with NVIDIA GPUs (nvidia-smi works) pip installs a CUDA build; without, the pinned CPU
 # build. Override with TORCH_SPEC=... and/or TORCH_INDEX=<index url> (for instance
@@ -16,7 +17,9 @@ LAB_ARGS ?=
 PYTEST_ARGS ?=
 STAMP := $(VENV)/.dtlab-installed
 
-.PHONY: lab test install bench doctor clean
+ALLOW_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root)
+
+.PHONY: lab instructor-lab test install bench doctor clean
 
 install: $(STAMP)
 
@@ -32,9 +35,15 @@ $(STAMP): pyproject.toml
 # JupyterLab on the student version of the course, in release/ (gitignored): the notebooks without
 # solutions or hidden tests. A notebook already in release/ is never overwritten -- it holds your
 # work; delete it (or run `dtlab course release --out release --force`) for a fresh copy.
+# The student lab hides nbgrader's instructor tools (dtlab/course/lab.py says how). JupyterLab
+# listens on port 8888 (the next free one if taken); LAB_ARGS="--no-browser --port=8890" etc.
 lab: $(STAMP)
 	$(VENV)/bin/dtlab course release --out release
-	cd release && $(abspath $(VENV))/bin/jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
+	cd release && $(abspath $(PY)) -m dtlab.course.lab $(ALLOW_ROOT) $(LAB_ARGS)
+
+# Plain JupyterLab on the repository, every nbgrader tool shown (Create Assignment, Formgrader...).
+instructor-lab: $(STAMP)
+	$(VENV)/bin/jupyter lab $(ALLOW_ROOT) $(LAB_ARGS)
 
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
