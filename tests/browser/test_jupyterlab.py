@@ -35,8 +35,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 ARTIFACTS = os.path.join(ROOT, "test-artifacts")
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
-pytestmark = pytest.mark.browser
-
 TABLE = ("#" + " " * 7 + "size         count      type   redop    root     time   algbw   busbw "
          "#wrong     time   algbw   busbw #wrong")
 
@@ -168,6 +166,7 @@ def test_instructor_lab_keeps_them(tmp_path):
         lab.stop()
 
 
+@pytest.mark.browser
 def test_two_ranks_print_in_jupyterlab(no_orphans, student_lab):
     if CHROMIUM is None:
         if os.environ.get("DTLAB_REQUIRE_BROWSER"):
