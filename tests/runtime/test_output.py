@@ -184,3 +184,10 @@ def test_outside_a_kernel_auto_means_labelled_lines(capsys, monkeypatch):
     sink.write(0, "out", "a\nb")
     sink.close()
     assert capsys.readouterr().out == "[rank 0] a\n[rank 0] b\n"
+
+
+def test_doctests():
+    import doctest
+
+    result = doctest.testmod(output)
+    assert result.attempted >= 2 and result.failed == 0
