@@ -13,60 +13,55 @@ a command; the rank answers every command that has an ``id`` with one :class:`Do
 ``payload`` of a Done is the pickled value (ok) or the traceback text (not ok); ``offsets`` say
 where the command's output ends in the rank's stdout/stderr files, so the parent shows each cell
 exactly its own output.
+
+Named tuples rather than dataclasses: a pool cell sends four of them, and a tuple pickles in
+half the time (a few microseconds a message, measured).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(frozen=True)
-class Run:
+class Run(NamedTuple):
     id: str
     call: bytes  # cloudpickled (fn, args, kwargs)
     lines: dict  # linecache entries of the parent's cells, for tracebacks
 
 
-@dataclass(frozen=True)
-class Exec:
+class Exec(NamedTuple):
     id: str
     source: str
     filename: str
 
 
-@dataclass(frozen=True)
-class Push:
+class Push(NamedTuple):
     id: str
     blob: bytes  # cloudpickled {name: value}
 
 
-@dataclass(frozen=True)
-class Pull:
+class Pull(NamedTuple):
     id: str
     name: str
 
 
-@dataclass(frozen=True)
-class Shutdown:
-    pass
+class Shutdown(NamedTuple):
+    """Leave the group and exit (no fields)."""
 
 
-@dataclass(frozen=True)
-class Ready:
+class Ready(NamedTuple):
     rank: int
     pid: int
     device: str
     offsets: tuple[int, int]
 
 
-@dataclass(frozen=True)
-class StartFailed:
+class StartFailed(NamedTuple):
     rank: int
     traceback: str
 
 
-@dataclass(frozen=True)
-class Done:
+class Done(NamedTuple):
     id: str
     ok: bool
     payload: bytes | str | None

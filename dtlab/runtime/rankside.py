@@ -22,6 +22,7 @@ import traceback
 
 import cloudpickle
 
+from . import reaper
 from .payload import ShippingPickler
 from .stacks import STACK_SIGNAL
 
@@ -65,17 +66,9 @@ def _become_subreaper() -> None:
 
 def end_descendants(grace: float = 0.5) -> None:
     """SIGTERM every process this rank started (own sessions too), SIGKILL what is left."""
-    try:
-        import psutil
-
-        kids = psutil.Process().children(recursive=True)
-        for k in kids:
-            k.send_signal(signal.SIGTERM)
-        _, alive = psutil.wait_procs(kids, timeout=grace)
-        for k in alive:
-            k.kill()
-    except Exception:
-        pass
+    kids = reaper.descendants(os.getpid())
+    if kids:
+        reaper.end(kids, grace)
 
 
 def _die(code: int) -> None:

@@ -14,8 +14,9 @@ group does not reach it::
 
 The ranks make themselves child subreapers (:mod:`.rankside`), so a descendant that starts its own
 session or loses its parent stays in its rank's tree and is found. Remembered processes are
-matched by start time as well as pid, so a recycled pid is never killed. Run as
-``python -m dtlab.runtime.reaper RUN_DIR``; it imports only psutil, never torch.
+matched by start time as well as pid, so a recycled pid is never killed. It is a script of the
+standard library alone (``python -S -E reaper.py RUN_DIR``), reading the tree from /proc; the
+ranks use the same functions to end their own descendants.
 """
 
 from __future__ import annotations
@@ -26,15 +27,17 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 
-import psutil
-
-POLL = 1.0  # seconds between looks at the ranks' trees (cheap enough on a 2-core box)
+POLL = 1.0  # seconds between looks at the ranks' trees
 
 
 def start(run_dir: str) -> subprocess.Popen:
-    """Start the reaper for ``run_dir``; the caller writes ``pid N`` lines, then ``done``."""
-    return subprocess.Popen([sys.executable, "-m", "dtlab.runtime.reaper", run_dir],
+    """Start the reaper for ``run_dir``; the caller writes ``pid N`` lines, then ``done``.
+    It runs as a plain script of the standard library (``-S -E``: no site packages, no
+    environment), so it costs a launch almost nothing."""
+    bare = ["-S", "-E"] if os.path.isdir("/proc/self/task") else []  # psutil needs site
+    return subprocess.Popen([sys.executable, *bare, os.path.abspath(__file__), run_dir],
                             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
 
@@ -62,45 +65,110 @@ def release(proc: subprocess.Popen | None) -> None:
         proc.wait()
 
 
-def _key(p: psutil.Process):
-    try:
-        return p.pid, p.create_time()
-    except psutil.Error:
-        return None
+# --- the process tree, read from /proc (Linux; psutil elsewhere) -----------------------------------
 
+def children(pid: int) -> list[int]:
+    """Direct children of ``pid``."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except FileNotFoundError:
+        if os.path.isdir("/proc/self/task"):
+            return []  # Linux, and the process is gone
+        import psutil  # no /proc: macOS and friends
+
+        try:
+            return [c.pid for c in psutil.Process(pid).children()]
+        except psutil.Error:
+            return []
+    out = []
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                out += [int(x) for x in f.read().split()]
+        except OSError:
+            pass
+    return out
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid``, parents before their children."""
+    out, todo = [], [pid]
+    while todo:
+        kids = children(todo.pop())
+        out += kids
+        todo += kids
+    return out
+
+
+def born(pid: int) -> float | None:
+    """When ``pid`` started (an opaque number: equal for the same process, different for a
+    recycled pid); None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return float(f.read().rsplit(")", 1)[1].split()[19])  # starttime, in clock ticks
+    except FileNotFoundError:
+        return None
+    except OSError:
+        import psutil
+
+        try:
+            return psutil.Process(pid).create_time()
+        except psutil.Error:
+            return None
+
+
+def end(pids: list[int], grace: float = 0.5) -> None:
+    """SIGTERM ``pids``, then SIGKILL whatever is left after ``grace`` seconds."""
+    sig = signal.SIGTERM if grace > 0 else signal.SIGKILL
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except OSError:
+            pass
+    deadline = time.monotonic() + grace
+    while grace > 0 and time.monotonic() < deadline and any(_alive(p) for p in pids):
+        time.sleep(0.02)
+    for pid in pids:
+        if _alive(pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+    except OSError:
+        try:
+            os.kill(pid, 0)
+            return True
+        except OSError:
+            return False
+
+
+# --- the reaper itself -----------------------------------------------------------------------------
 
 def _remember(ranks: dict[int, float], seen: dict[int, float]) -> None:
-    for pid in list(ranks):
-        try:
-            for child in psutil.Process(pid).children(recursive=True):
-                k = _key(child)
-                if k:
-                    seen.setdefault(*k)
-        except psutil.Error:
-            pass
+    for pid in ranks:
+        for d in descendants(pid):
+            t = born(d)
+            if t is not None:
+                seen.setdefault(d, t)
 
 
 def _kill_all(ranks: dict[int, float], seen: dict[int, float]) -> None:
     _remember(ranks, seen)  # what is attached right now, too
-    victims = []
-    for pid, born in {**seen, **ranks}.items():
-        try:
-            p = psutil.Process(pid)
-            if abs(p.create_time() - born) < 0.01:  # the same process, not a recycled pid
-                victims.append(p)
-        except psutil.Error:
-            pass
     for pid in ranks:
         try:
             os.killpg(pid, signal.SIGKILL)  # each rank leads its own session and group
         except OSError:
             pass
-    for p in victims:
-        try:
-            p.kill()
-        except psutil.Error:
-            pass
-    psutil.wait_procs(victims, timeout=5)
+    # the same processes, not recycled pids
+    end([p for p, t in {**seen, **ranks}.items() if born(p) == t], grace=0)
 
 
 def main(run_dir: str) -> None:
@@ -125,9 +193,9 @@ def main(run_dir: str) -> None:
                     _kill_all({}, seen)
                     return
                 if word == "pid":
-                    k = _key(psutil.Process(int(arg))) if psutil.pid_exists(int(arg)) else None
-                    if k:
-                        ranks[k[0]] = k[1]
+                    t = born(int(arg))
+                    if t is not None:
+                        ranks[int(arg)] = t
         _remember(ranks, seen)
 
 
