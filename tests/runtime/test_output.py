@@ -12,7 +12,7 @@ import html.parser
 import pytest
 
 from dtlab.runtime import output
-from dtlab.runtime.output import Transcript, static_html, static_text
+from dtlab.runtime.transcript import Transcript, static_html, static_text
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 LABELS = {r: f"rank {r}" for r in range(4)}
@@ -189,5 +189,7 @@ def test_outside_a_kernel_auto_means_labelled_lines(capsys, monkeypatch):
 def test_doctests():
     import doctest
 
-    result = doctest.testmod(output)
+    from dtlab.runtime import transcript
+
+    result = doctest.testmod(transcript)
     assert result.attempted >= 2 and result.failed == 0
