@@ -26,12 +26,11 @@ CELL = "t = torch.ones(1, device=device); dist.all_reduce(t); t.item()"
 
 def probe(cells: int, launches: int, backend: str) -> None:
     """In the tree on sys.path: median pool cell (ms) and median warm dtlab.run (s)."""
-    import torch  # noqa: F401  (warm, as in a notebook kernel)
+    import torch  # warm, as in a notebook kernel
 
     import dtlab
 
     def reduce_one():
-        import torch
         import torch.distributed as dist
 
         t = torch.ones(1, device=dtlab.device())

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..vocab import exit_summary, signal_name  # noqa: F401 (re-exported: one wording)
+from ..vocab import exit_summary
 
 if TYPE_CHECKING:
     from .results import Results

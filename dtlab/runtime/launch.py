@@ -25,7 +25,7 @@ from . import output, plan as _plan
 from .errors import Failure, HangError, RankError
 from .payload import pack_call, parent_context
 from .results import RankResult, Results
-from .supervisor import FAILED, FAILURE_GRACE, OK, RUNNING, Supervisor, exit_failure, TICK
+from .supervisor import FAILED, FAILURE_GRACE, OK, RUNNING, Supervisor, exit_failure
 
 
 def run(fn, *args, nprocs: int | None = None, backend: str = "auto", timeout: float | None = 300,

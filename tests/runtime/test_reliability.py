@@ -17,7 +17,7 @@ import pytest
 
 import dtlab
 from conftest import pid_gone
-from reliability_fns import (leave_early, spawn_children, spawn_children_and_wait, sys_exit_on,
+from reliability_fns import (leave_early, spawn_children, sys_exit_on,
                              value_from_a_module_only_ranks_have)
 
 pytestmark = pytest.mark.usefixtures("no_orphans")

@@ -50,7 +50,7 @@ def render(d: Diagnosis) -> str:
     culprit = ", ".join(map(str, d.culprit_ranks)) or "-"
     lines = [f"failure class : {d.failure_class}",
              f"culprit ranks : {culprit}",
-             f"collective    : " + (f"#{d.collective_seq}" + (f" ({d.op})" if d.op else "")
+             "collective    : " + (f"#{d.collective_seq}" + (f" ({d.op})" if d.op else "")
                                     if d.collective_seq else
                                     f"{d.op} (which one: unknown)" if d.op else "-"),
              f"confident     : {'yes' if d.confident else 'no: ' + _unsure(d)}",
