@@ -183,7 +183,8 @@ def main(run_dir: str) -> None:
             data = os.read(fd, 4096)
             if not data:  # EOF: the parent is gone without saying "done"
                 _kill_all(ranks, seen)
-                shutil.rmtree(run_dir, ignore_errors=True)
+                if not os.environ.get("DTLAB_KEEP_RUNS"):  # as Supervisor.close would
+                    shutil.rmtree(run_dir, ignore_errors=True)
                 return
             buf += data
             *lines, buf = buf.split(b"\n")
