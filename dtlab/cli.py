@@ -1,6 +1,7 @@
 """``dtlab ...``: the library from a terminal. Each subcommand is a thin call into a module.
 
     dtlab doctor [--json] [--no-launch]     is this machine ready? (dtlab.doctor)
+    dtlab validate [--op OP,...] [--json]   every collective checked on live ranks (dtlab.collectives)
     dtlab nccl-log FILE... [--json]         what NCCL logged, rank by rank (dtlab.nccl_log)
     dtlab tune [--algo Ring,Tree] [--json]  busbw under a grid of NCCL settings (dtlab.tuning)
     dtlab course release|validate|autograde|feedback|report   the nbgrader course (dtlab.course)
@@ -55,6 +56,29 @@ def _doctor(args) -> int:
     from . import doctor
 
     return doctor.main(as_json=args.json, launch=not args.no_launch)
+
+
+def _validate(args) -> int:
+    import json
+
+    from . import collectives
+    from .collectives.validation import check_op
+    from .runtime.plan import check_timeout, resolve
+
+    with arguments({"op": "--op", "nprocs": "--nprocs", "backend": "--backend",
+                    "timeout": "--timeout"}):
+        ops = [check_op(o.strip()) for o in args.op.split(",") if o.strip()] \
+            if args.op and args.op.strip().lower() != "all" else list(collectives.OPS)
+        if not ops:
+            raise ValueError(f"--op {args.op!r}: give op names, e.g. all_reduce,all_to_all.")
+        if args.nprocs is not None and args.nprocs < 2:
+            raise ValueError(f"--nprocs {args.nprocs}: a collective needs at least 2 ranks.")
+        check_timeout(args.timeout)
+        resolve(args.nprocs, args.backend)
+    rep = collectives.validate_all(ops, nprocs=args.nprocs, backend=args.backend,
+                                   timeout=args.timeout)
+    print(json.dumps(rep.to_dict(), indent=1) if args.json else rep.table())
+    return 0 if rep.ok else 1
 
 
 def _nccl_log(args) -> int:
@@ -209,6 +233,17 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--json", action="store_true", help="machine-readable output")
     d.add_argument("--no-launch", action="store_true", help="skip the live 2-rank all_reduce")
     d.set_defaults(func=_doctor)
+    v = sub.add_parser("validate", help="check every collective on this machine's ranks: known "
+                       "values, random vs a float64 reference, odd sizes (dtlab.collectives)",
+                       epilog="exit status: 0 nothing failed, 1 something failed, 2 bad input")
+    v.add_argument("--op", default="all", help="all_reduce, all_gather, reduce_scatter, "
+                   "broadcast, reduce, all_to_all, gather, scatter, sendrecv, batch_isend_irecv, "
+                   "a comma list, or all (default all)")
+    v.add_argument("--nprocs", type=int, default=None, help="ranks (default: GPUs, else 2)")
+    v.add_argument("--backend", default="auto", help="auto, nccl or gloo")
+    v.add_argument("--timeout", type=float, default=120, help="seconds before the run is a hang")
+    v.add_argument("--json", action="store_true", help="machine-readable output")
+    v.set_defaults(func=_validate)
     b = sub.add_parser("bench", help="nccl-tests-style busbw sweep of collectives (dtlab.bench)")
     b.add_argument("--op", default="all_reduce",
                    help="all_reduce, all_gather, reduce_scatter, broadcast, reduce, all_to_all, "
