@@ -1,6 +1,6 @@
 """What graded test cells use so that an exercise grades the skill, not a way around it.
 
-Three kinds of help, each small:
+Four kinds of help, each small:
 
 * :func:`refused` -- while a learner's function runs under a test, the library's own answer
   (``dtlab.bench.busbw``, ``dtlab.hang.diagnose``, ...) and starting programs (``subprocess``,
@@ -16,6 +16,10 @@ Three kinds of help, each small:
   learner's value with the number of collectives the default process group ran meanwhile, and
   :func:`with_secret_pid` makes ``os.getpid()`` return a number no other process can see, so
   only a collective can tell the other ranks;
+* inside the ranks, :class:`refusing` wraps a learner's collective so that torch's own
+  collectives (:func:`torch_collectives`: the ``dist.*`` calls, decorated or bound elsewhere,
+  and the process group's compiled methods beneath them) raise only while it runs, and checks
+  that it called the ones it must build on;
 * :func:`unlabeled_copy` -- an evidence folder copied under a neutral name, without what names
   its answer (``diagnosis.json``, a README, the reproducer's note in ``run.json``).
 """
@@ -84,7 +88,32 @@ def _functions(target: str) -> list[Callable]:
         return [f for f in vars(obj).values() if inspect.isfunction(f)]
     if not inspect.isfunction(obj):
         raise ValueError(f"refused({target!r}): {obj!r} is not a Python function")
-    return [obj]
+    chain = [obj]  # a decorated function (functools.wraps): refuse what it wraps too, so a
+    while inspect.isfunction(getattr(chain[-1], "__wrapped__", None)):  # name bound elsewhere
+        chain.append(chain[-1].__wrapped__)  # (torch.distributed.all_gather) is refused as well
+    return chain
+
+
+def _builtin_method(target: str) -> tuple[type, str | None] | None:
+    """'pkg.mod.Class.method' where the method is compiled (a pybind11 method such as
+    ``torch.distributed.ProcessGroup.allgather``) -> (Class, 'method'); its code cannot be
+    swapped, the class attribute can. (Class, None) for '?...' when the class lacks it."""
+    parts = target.lstrip("?").split(".")
+    for cut in range(len(parts) - 2, 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:cut]))
+        except ModuleNotFoundError:
+            continue
+        for name in parts[cut:-1]:
+            obj = getattr(obj, name, None)
+        if inspect.isclass(obj) and parts[-1] in vars(obj):
+            attr = vars(obj)[parts[-1]]
+            if not inspect.isfunction(getattr(attr, "__func__", attr)) and callable(attr):
+                return obj, parts[-1]
+        elif inspect.isclass(obj) and target.startswith("?") and not hasattr(obj, parts[-1]):
+            return obj, None
+        return None
+    return None
 
 
 # Starting any program: subprocess.Popen (run, check_output, os.popen) goes through
@@ -106,10 +135,14 @@ def refused(*targets: str, programs: bool = True) -> Iterator[None]:
     """
     swapped: list[tuple[Callable, Any]] = []
     patched: list[tuple[Any, str, Any]] = []
-    functions = [f for t in targets for f in _functions(t)]
+    methods = [m for t in targets if (m := _builtin_method(t)) and m[1]]
+    functions = [f for t in targets if not _builtin_method(t) for f in _functions(t)]
     if programs:
         functions.append(subprocess.Popen._execute_child)
     try:
+        for owner, name in methods:
+            patched.append((owner, name, vars(owner)[name]))
+            setattr(owner, name, _refuse)
         for f in functions:
             if f.__code__.co_freevars:  # a closure: its code cannot be swapped; its name can
                 module = inspect.getmodule(f)
@@ -150,6 +183,110 @@ def counted(fn: Callable, *args, **kwargs) -> tuple[Any, int | None]:
     before = seq() if seq else None
     value = fn(*args, **kwargs)
     return value, (seq() - before if seq else None)
+
+
+# torch.distributed's own collectives, by the name a learner would call, with the ProcessGroup
+# methods underneath (reachable through dist.group.WORLD); '?' where a torch version lacks one.
+_DIST_CALLS = {
+    "all_gather": ["all_gather", "all_gather_into_tensor", "all_gather_single", "all_gather_object",
+                   "all_gather_coalesced", "_all_gather_base"],
+    "all_reduce": ["all_reduce", "all_reduce_coalesced"],
+    "reduce_scatter": ["reduce_scatter", "reduce_scatter_tensor", "reduce_scatter_single",
+                       "_reduce_scatter_base"],
+    "broadcast": ["broadcast", "broadcast_object_list"],
+    "reduce": ["reduce"],
+    "all_to_all": ["all_to_all", "all_to_all_single"],
+    "gather": ["gather", "gather_object"],
+    "scatter": ["scatter", "scatter_object_list"],
+}
+_GROUP_CALLS = {
+    "all_gather": ["allgather", "allgather_coalesced", "_allgather_base", "all_gather_single",
+                   "all_gather_single_coalesced", "allgather_into_tensor_coalesced"],
+    "all_reduce": ["allreduce", "allreduce_coalesced"],
+    "reduce_scatter": ["reduce_scatter", "_reduce_scatter_base", "reduce_scatter_single",
+                       "reduce_scatter_single_coalesced", "reduce_scatter_tensor_coalesced"],
+    "broadcast": ["broadcast"], "reduce": ["reduce"],
+    "all_to_all": ["alltoall", "alltoall_base", "all_to_all_single"],
+    "gather": ["gather"], "scatter": ["scatter"],
+}
+
+
+def torch_collectives(*ops: str) -> tuple[str, ...]:
+    """:func:`refused` targets for torch.distributed's own ``ops`` (every collective when none is
+    named; point-to-point ``send``/``recv`` never): the ``dist.*`` calls, their functional
+    versions, and the process group's methods beneath them.
+
+    >>> from dtlab.course.checks import torch_collectives
+    >>> "?torch.distributed.distributed_c10d.all_gather_into_tensor" in torch_collectives("all_gather")
+    True
+    """
+    out = []
+    for op in ops or tuple(_DIST_CALLS):
+        out += [f"?torch.distributed.distributed_c10d.{n}" for n in _DIST_CALLS[op]]
+        for owner in ("torch._C._distributed_c10d.ProcessGroup", "torch._C._distributed_c10d.Backend"):
+            out += [f"?{owner}.{n}" for n in _GROUP_CALLS[op]]
+    if not ops or "all_gather" in ops or "all_reduce" in ops or "reduce_scatter" in ops:
+        out.append("?torch.distributed._functional_collectives")
+    return tuple(out)
+
+
+class refusing:
+    """Rank side: ``fn`` wrapped so that every call runs inside :func:`refused` (``targets``),
+    and fails unless it called each torch collective named in ``uses`` at least once.
+
+    What the wrapper refuses is refused only while the learner's function runs, so a validator
+    that calls it (``dtlab.collectives.validate(op, impl=refusing(fn, ...))``) keeps its own
+    collectives::
+
+        from dtlab.course.checks import refusing, torch_collectives
+        impl = refusing(ring_all_gather, "dtlab.collectives.*", *torch_collectives())
+        all_reduce = refusing(composed, *torch_collectives("all_reduce"),
+                              uses=("reduce_scatter", "all_gather"))
+    """
+
+    def __init__(self, fn: Callable, *targets: str, uses: tuple[str, ...] = ()):
+        self.fn, self.targets, self.uses = fn, targets, tuple(uses)
+        self.__name__ = getattr(fn, "__name__", "refusing")
+        self.__doc__ = getattr(fn, "__doc__", None)
+
+    def __call__(self, *args, **kwargs):
+        calls = {op: 0 for op in self.uses}
+        with _counting(calls), refused(*self.targets):
+            value = self.fn(*args, **kwargs)
+        missing = [op for op, n in calls.items() if not n]
+        if missing:
+            raise AssertionError(f"{self.__name__} did not call {' or '.join(missing)}: "
+                                 f"this exercise builds on it")
+        return value
+
+
+@contextlib.contextmanager
+def _counting(calls: dict[str, int]) -> Iterator[None]:
+    """Count, per op in ``calls``, the process-group calls made inside the block (every
+    ``dist.*`` collective ends in one of them)."""
+    if not calls:
+        yield
+        return
+    import torch.distributed as dist
+
+    owner, saved = dist.ProcessGroup, []
+
+    def counter(op, original):
+        def call(self, *args, **kwargs):
+            calls[op] += 1
+            return original(self, *args, **kwargs)
+        return call
+
+    try:
+        for op in calls:
+            for name in _GROUP_CALLS[op]:
+                if name in vars(owner):
+                    saved.append((name, vars(owner)[name]))
+                    setattr(owner, name, counter(op, vars(owner)[name]))
+        yield
+    finally:
+        for name, original in reversed(saved):
+            setattr(owner, name, original)
 
 
 def with_secret_pid(fn: Callable, pids: list[int]) -> Any:

@@ -314,3 +314,111 @@ def test_07_shortcut_fails(exercise, name):
 @pytest.mark.parametrize("exercise", ["classify", "diagnosis"])
 def test_07_solution_passes(exercise):
     grade("07_hangs", exercise)
+
+
+# ---- 01_collectives -----------------------------------------------------------------------
+
+IMPORTS_01 = ("import inspect\nimport torch\nimport torch.distributed as dist\nimport dtlab\n"
+              "from dtlab import collectives, course\n")
+
+
+def _context_01(c):
+    """The imports, and the broken all-gathers of section 2 that check_all_gather's test reuses."""
+    broken = next(s for s in c.values() if s.startswith("def all_gather_echo("))
+    return IMPORTS_01 + broken.split("\n\nfor impl in")[0] + "\n"
+
+
+CONTEXT["01_collectives"] = _context_01
+
+SHORTCUTS_01 = {
+    ("ring_all_gather", "dist.all_gather inside"): '''
+def ring_all_gather(tensor_list, tensor, group=None, async_op=False):
+    dist.all_gather(tensor_list, tensor, group=group)
+''',
+    ("ring_all_gather", "the process group's allgather"): '''
+def ring_all_gather(tensor_list, tensor, group=None, async_op=False):
+    dist.group.WORLD.allgather([tensor_list], [tensor]).wait()
+''',
+    ("ring_all_gather", "all_gather_into_tensor bound before the test"): '''
+from torch.distributed.distributed_c10d import all_gather_into_tensor as _agt
+def ring_all_gather(tensor_list, tensor, group=None, async_op=False):
+    flat = torch.empty(len(tensor_list) * tensor.numel(), dtype=tensor.dtype)
+    _agt(flat, tensor.reshape(-1))
+    for t, p in zip(tensor_list, flat.chunk(len(tensor_list))):
+        t.copy_(p.view_as(t))
+''',
+    ("ring_all_gather", "the library's ring all-reduce on a zero-padded buffer"): '''
+def ring_all_gather(tensor_list, tensor, group=None, async_op=False):
+    r, n = dist.get_rank(), dist.get_world_size()
+    buf = torch.zeros(n * tensor.numel(), dtype=tensor.dtype)
+    buf.view(n, -1)[r] = tensor.reshape(-1)
+    collectives.ring_all_reduce(buf)
+    for t, p in zip(tensor_list, buf.chunk(n)):
+        t.copy_(p.view_as(t))
+''',
+    ("ring_all_gather", "one exchange with the neighbour (right on 2 ranks only)"): '''
+def ring_all_gather(tensor_list, tensor, group=None, async_op=False):
+    r, n = dist.get_rank(), dist.get_world_size()
+    tensor_list[r].copy_(tensor)
+    ops = [dist.P2POp(dist.isend, tensor.contiguous(), (r + 1) % n),
+           dist.P2POp(dist.irecv, tensor_list[(r - 1) % n], (r - 1) % n)]
+    for w in dist.batch_isend_irecv(ops):
+        w.wait()
+''',
+    ("check_all_gather", "collectives.validate"): '''
+def check_all_gather(impl):
+    return collectives.validate("all_gather", impl, nprocs=dist.get_world_size()).ok
+''',
+    ("check_all_gather", "each rank judges only itself"): '''
+def check_all_gather(impl):
+    r, n = dist.get_rank(), dist.get_world_size()
+    out = [torch.zeros(3) for _ in range(n)]
+    impl(out, torch.arange(3.0) + 10 * r)
+    return all(torch.equal(o, torch.arange(3.0) + 10 * q) for q, o in enumerate(out))
+''',
+    ("check_all_gather", "one call against torch's all_gather"): '''
+def check_all_gather(impl):
+    r, n = dist.get_rank(), dist.get_world_size()
+    x = torch.arange(3.0) + 10 * r
+    mine, ref = [torch.zeros(3) for _ in range(n)], [torch.zeros(3) for _ in range(n)]
+    impl(mine, x)
+    dist.all_gather(ref, x)
+    ok = torch.tensor([int(all(torch.equal(a, b) for a, b in zip(mine, ref)))])
+    dist.all_reduce(ok, op=dist.ReduceOp.MIN)
+    return bool(ok.item())
+''',
+    ("composed_all_reduce", "dist.all_reduce inside"): '''
+def composed_all_reduce(tensor, op=dist.ReduceOp.SUM, group=None, async_op=False):
+    dist.all_reduce(tensor, op=op, group=group)
+''',
+    ("composed_all_reduce", "all_gather everything, reduce locally"): '''
+def composed_all_reduce(tensor, op=dist.ReduceOp.SUM, group=None, async_op=False):
+    out = [torch.empty_like(tensor) for _ in range(dist.get_world_size())]
+    dist.all_gather(out, tensor)
+    s = torch.stack(out)
+    red = {dist.ReduceOp.SUM: s.sum(0), dist.ReduceOp.MAX: s.max(0).values,
+           dist.ReduceOp.MIN: s.min(0).values, dist.ReduceOp.PRODUCT: s.prod(0)}
+    tensor.copy_(red[op])
+''',
+    ("composed_all_reduce", "no padding (right when n divides the size)"): '''
+def composed_all_reduce(tensor, op=dist.ReduceOp.SUM, group=None, async_op=False):
+    n = dist.get_world_size()
+    flat = tensor.reshape(-1).clone()
+    mine = torch.empty(flat.numel() // n, dtype=tensor.dtype)
+    dist.reduce_scatter_tensor(mine, flat[: mine.numel() * n], op=op)
+    dist.all_gather_into_tensor(flat[: mine.numel() * n], mine)
+    tensor.copy_(flat.view_as(tensor))
+''',
+}
+
+
+@pytest.mark.parametrize("exercise,name", list(SHORTCUTS_01), ids=lambda x: x)
+def test_01_shortcut_fails(exercise, name):
+    fails("01_collectives", exercise, SHORTCUTS_01[exercise, name])
+    assert_no_descendants()
+
+
+@pytest.mark.parametrize("exercise", ["check_all_gather", "ring_all_gather", "composed_all_reduce"])
+def test_01_solution_passes(exercise):
+    grade("01_collectives", exercise)
+    assert_no_descendants()
