@@ -17,7 +17,7 @@ In a notebook::
 Importing this package is cheap (no nbgrader, no pandas) so notebooks can use it freely.
 """
 
-from .checks import counted, refused, secret_pids, unlabeled_copy, with_secret_pid
+from .checks import NotPlain, counted, plain, refused, secret_pids, unlabeled_copy, with_secret_pid
 from .api import Graded, Released, Validation, autograde, feedback, release, report, validate
 from .graded import backend, grading, run_graded
 from .layout import CourseError, assignment_ids, course_root
@@ -26,4 +26,4 @@ from .recorded import Recorded, recorded
 __all__ = ["release", "validate", "autograde", "feedback", "report", "Released", "Validation",
            "Graded", "CourseError", "assignment_ids", "course_root", "run_graded", "backend",
            "grading", "recorded", "Recorded", "refused", "counted", "with_secret_pid",
-           "secret_pids", "unlabeled_copy"]
+           "secret_pids", "unlabeled_copy", "plain", "NotPlain"]

@@ -40,6 +40,44 @@ from typing import Any, Callable, Iterator
 REFUSAL = "refused while your answer is graded: work it out in your own code"
 
 
+class NotPlain(TypeError, AssertionError):
+    """An answer that is not plain data: a TypeError, and an AssertionError so that a test cell
+    fails on it as on any wrong answer."""
+
+
+def plain(value: Any, what: str = "your answer") -> Any:
+    """A copy of ``value`` made only of plain builtins (None, bool, int, float, str, list, dict
+    with str keys; a tuple becomes a list), or :class:`NotPlain` (a ``TypeError``).
+
+    Types are checked exactly (``type(x) is list``, not ``isinstance``), so an answer cannot be
+    an object whose ``==`` says yes to everything, a ``str``/``list``/``float`` subclass included:
+
+    >>> from dtlab.course import plain
+    >>> plain(((1, 2.5), {"a": [None, True]}))
+    [[1, 2.5], {'a': [None, True]}]
+    >>> class Yes(str):
+    ...     def __eq__(self, other): return True
+    >>> plain(Yes("x"))  # doctest: +IGNORE_EXCEPTION_DETAIL
+    Traceback (most recent call last):
+    dtlab.course.checks.NotPlain: your answer must be plain data (...): got ...Yes
+    """
+    t = type(value)  # `is`, not `==` / `in`: a metaclass could make its classes equal to any
+    if value is None or t is bool or t is int or t is float or t is str:
+        return value
+    if t is list or t is tuple:
+        return [plain(v, what) for v in value]
+    if t is dict:
+        out = {}
+        for k, v in value.items():
+            if type(k) is not str:
+                raise NotPlain(f"{what} must be plain data: a dict's keys are str, got "
+                               f"{type(k).__module__}.{type(k).__qualname__}")
+            out[k] = plain(v, what)
+        return out
+    raise NotPlain(f"{what} must be plain data (None, bool, int, float, str, list, tuple, dict "
+                   f"with str keys): got {t.__module__}.{t.__qualname__}")
+
+
 def _refuse(*args, **kwargs):
     raise AssertionError("refused while your answer is graded: work it out in your own code")
 
@@ -251,8 +289,15 @@ class refusing:
 
     def __call__(self, *args, **kwargs):
         calls = {op: 0 for op in self.uses}
+        given = [*args, *kwargs.values()]
+        before = [(a, type(a), list(a) if type(a) is list else None) for a in given]
         with _counting(calls), refused(*self.targets):
             value = self.fn(*args, **kwargs)
+        for a, kind, items in before:  # the answer is what it wrote into the tensors it was given:
+            if type(a) is not kind or items is not None and (  # not other objects in their place
+                    len(a) != len(items) or any(x is not y for x, y in zip(a, items))):
+                raise AssertionError(f"{self.__name__} must write its result into the tensors it "
+                                     f"is given, in place, not put other objects in their place")
         missing = [op for op, n in calls.items() if not n]
         if missing:
             raise AssertionError(f"{self.__name__} did not call {' or '.join(missing)}: "

@@ -422,3 +422,101 @@ def test_01_shortcut_fails(exercise, name):
 def test_01_solution_passes(exercise):
     grade("01_collectives", exercise)
     assert_no_descendants()
+
+
+# ---- every exercise: an answer that only looks right (course.plain) -----------------------
+
+# Objects whose == says yes to anything (builtin subclasses included), and a number that reads
+# the constant it is compared with off the caller's bytecode: course.plain refuses them all.
+YES = '''
+class _Yes:
+    def __eq__(self, other): return True
+    def __ne__(self, other): return False
+    __hash__ = object.__hash__
+    def __repr__(self): return "?"
+class _YesList(_Yes, list): pass
+class _YesDict(_Yes, dict): pass
+class _YesTuple(_Yes, tuple): pass
+class _YesStr(_Yes, str): pass
+class _YesFloat(_Yes, float): pass
+'''
+GUESS = '''
+import sys, dis
+class _Guess:
+    def __init__(self, **kw): self.kw = kw
+    def __round__(self, nd=None): return 0.0
+    def __format__(self, spec): return "?"
+    def __float__(self):
+        fr = sys._getframe(1)
+        L = fr.f_locals
+        if "factors" in L and callable(L.get("f")) and L.get("n") == self.kw.get("nranks"):
+            return L["algbw"] * L["f"](L["n"])
+        if "r" in L and "col" in L and f"{L['col']}_busbw" in L["r"]:
+            return float(L["r"][f"{L['col']}_busbw"])
+        ins = list(dis.get_instructions(fr.f_code))
+        i = max(k for k, x in enumerate(ins) if x.offset <= fr.f_lasti)
+        while i > 0 and ins[i].argval != "isclose": i -= 1
+        return next(float(x.argval) for x in ins[i:] if x.opname == "LOAD_CONST"
+                    and isinstance(x.argval, float))
+'''
+YES_TENSOR = '''
+class _YesTensor(torch.Tensor):  # compares equal to anything, on the way to the comparison too
+    def __ne__(self, other): return torch.zeros(0, dtype=torch.bool)
+    def __eq__(self, other): return torch.ones(0, dtype=torch.bool)
+    def cpu(self): return self
+    def reshape(self, *a): return self
+    def double(self): return self
+'''
+LOOKS_RIGHT = {
+    ("00_launch", "gather_pids"): YES + '''
+def gather_pids():
+    dist.barrier()
+    return _YesList([os.getpid()] * dist.get_world_size())
+''',
+    ("00_launch", "predict"): YES + "def predict(world_size):\n    return _YesList()\n",
+    ("00_launch", "root_cause"): YES + "def root_cause(failures):\n    return _Yes()\n",
+    ("06_nccl", "transport_channels"): YES + '''
+def transport_and_channels(log_text):
+    return _YesDict(transport="?", channels=0)
+''',
+    ("06_nccl", "bus_bandwidth"): YES + '''
+def bus_bandwidth(op, size_bytes, time_us, nranks):
+    return _YesFloat(0.0)
+''',
+    ("06_nccl", "bus_bandwidth", "a number that reads the assert"): GUESS + '''
+def bus_bandwidth(op, size_bytes, time_us, nranks):
+    return _Guess(op=op, nranks=nranks)
+''',
+    ("06_nccl", "recommend"): YES + GUESS + '''
+def recommend(df, size, min_margin_pct=2.0):
+    return _YesTuple((_YesStr("?"), _Guess()))
+''',
+    ("07_hangs", "classify"): YES + "def classify(evidence_dir):\n    return _YesStr('?')\n",
+    ("07_hangs", "diagnosis"): YES + '''
+def diagnosis(evidence_dir):
+    return {k: _Yes() for k in ("failure_class", "collective_seq", "watchdog_seq",
+                                "culprit_ranks", "culprit_site")}
+''',
+    ("01_collectives", "check_all_gather"): YES + "def check_all_gather(impl):\n    return _Yes()\n",
+    ("01_collectives", "ring_all_gather"): YES_TENSOR + '''
+def ring_all_gather(tensor_list, tensor, group=None, async_op=False):
+    for i, t in enumerate(tensor_list):  # other objects in the slots it was given
+        tensor_list[i] = t.as_subclass(_YesTensor)
+''',
+    ("01_collectives", "composed_all_reduce"): YES_TENSOR + '''
+def composed_all_reduce(tensor, op=dist.ReduceOp.SUM, group=None, async_op=False):
+    n = dist.get_world_size()
+    x, y = torch.zeros(n), torch.zeros(1)
+    dist.reduce_scatter_tensor(y, x)
+    dist.all_gather_into_tensor(x, y)
+    tensor.__class__ = _YesTensor  # the tensor it was given, now equal to anything
+''',
+}
+
+
+@pytest.mark.parametrize("case", list(LOOKS_RIGHT), ids=lambda c: "/".join(c))
+def test_answer_that_only_looks_right_fails(case):
+    notebook, exercise = case[:2]
+    fails(notebook, exercise, LOOKS_RIGHT[case],
+          reuse_launches=notebook == "00_launch" and exercise != "gather_pids")
+    assert_no_descendants()
