@@ -159,10 +159,33 @@ def _builtin_method(target: str) -> tuple[type, str | None] | None:
 _OS_DOORS = ("system", "fork", "forkpty", "execv", "execve", "posix_spawn", "posix_spawnp")
 
 
+def _program_doors() -> tuple[list[Callable], list[tuple[Any, str]]]:
+    """What starts a program or another process, beyond the os functions: (Python functions,
+    whose code is swapped; (module, name) of compiled ones, whose name is). ctypes is refused
+    whole (a C library's ``system()`` is a program too), and no exercise needs it."""
+    import _ctypes
+    import _posixsubprocess
+    import ctypes
+    import multiprocessing.process
+    import pty
+
+    functions = [subprocess.Popen._execute_child,
+                 multiprocessing.process.BaseProcess.start,  # every context, Pool, executors
+                 pty.spawn, pty.fork,
+                 ctypes.CDLL.__init__, ctypes.CDLL.__getattr__, ctypes.CDLL.__getitem__]
+    names = [(_posixsubprocess, "fork_exec"),  # subprocess and multiprocessing's spawn
+             (_ctypes, "dlopen"), (_ctypes, "dlsym"), (ctypes, "_dlopen")]
+    import posix
+    for module in (os, posix):
+        names += [(module, n) for n in _OS_DOORS if hasattr(module, n)]
+    return functions, names
+
+
 @contextlib.contextmanager
 def refused(*targets: str, programs: bool = True) -> Iterator[None]:
     """Inside the block, every function named by ``targets`` and (``programs=True``) starting any
-    program raises ``AssertionError`` saying it is refused.
+    program or process (subprocess, os, multiprocessing, pty, ctypes) raises ``AssertionError``
+    saying it is refused. Everything is put back when the block ends.
 
     >>> from dtlab import course
     >>> import dtlab.bench
@@ -175,8 +198,10 @@ def refused(*targets: str, programs: bool = True) -> Iterator[None]:
     patched: list[tuple[Any, str, Any]] = []
     methods = [m for t in targets if (m := _builtin_method(t)) and m[1]]
     functions = [f for t in targets if not _builtin_method(t) for f in _functions(t)]
+    doors: list[tuple[Any, str]] = []
     if programs:
-        functions.append(subprocess.Popen._execute_child)
+        more, doors = _program_doors()
+        functions += more
     try:
         for owner, name in methods:
             patched.append((owner, name, vars(owner)[name]))
@@ -190,13 +215,9 @@ def refused(*targets: str, programs: bool = True) -> Iterator[None]:
             else:
                 swapped.append((f, f.__code__))
                 f.__code__ = _refuse.__code__
-        if programs:
-            import posix
-            for module in (os, posix):
-                for name in _OS_DOORS:
-                    if hasattr(module, name):
-                        patched.append((module, name, getattr(module, name)))
-                        setattr(module, name, _refuse)
+        for module, name in doors:
+            patched.append((module, name, getattr(module, name)))
+            setattr(module, name, _refuse)
         yield
     finally:
         for f, code in reversed(swapped):

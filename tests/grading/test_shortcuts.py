@@ -259,6 +259,20 @@ def classify(evidence_dir):
     os.system(f"{sys.executable} -m dtlab diagnose {evidence_dir} --json > {out}")
     return json.load(open(out))["failure_class"]
 ''',
+    ("classify", "the C library's system() through ctypes"): '''
+def classify(evidence_dir):
+    import ctypes, json, sys, tempfile
+    out = tempfile.mktemp()
+    ctypes.CDLL(None).system(f"{sys.executable} -m dtlab diagnose {evidence_dir} --json > {out} 2>/dev/null".encode())
+    return json.load(open(out))["failure_class"]
+''',
+    ("classify", "diagnose() in a spawned multiprocessing pool"): '''
+def classify(evidence_dir):
+    import multiprocessing
+    from dtlab.hang.diagnose import diagnose   # pickled by name: the child imports a fresh one
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        return pool.apply(diagnose, (evidence_dir,)).failure_class
+''',
     ("classify", "diagnose()"): '''
 def classify(evidence_dir):
     from dtlab.hang import diagnose
@@ -309,6 +323,7 @@ def _always_rank_1() -> str:
 def test_07_shortcut_fails(exercise, name):
     answer = SHORTCUTS_07[exercise, name] or _always_rank_1()
     fails("07_hangs", exercise, answer)
+    assert_no_descendants()
 
 
 @pytest.mark.parametrize("exercise", ["classify", "diagnosis"])
