@@ -226,9 +226,34 @@ def refused(*targets: str, programs: bool = True) -> Iterator[None]:
             setattr(owner, name, value)
 
 
+# The ranks' key-value store (dist.TCPStore / PrefixStore / ..., the default group's included:
+# every Store method is defined on the base class) and torch's collectives built on it: a
+# message board beside the collectives.
+_STORE_CALLS = ("set", "compare_set", "get", "add", "check", "delete_key", "num_keys", "wait",
+                "append", "multi_get", "multi_set", "queue_push", "queue_pop", "queue_len",
+                "list_keys", "barrier", "clone")
+
+
+def store_methods() -> tuple[str, ...]:
+    """:func:`refused` targets for the methods of every ``torch.distributed.Store``, and of the
+    store-based collectives (``_StoreCollectives``), where this torch has them."""
+    import torch.distributed  # noqa: F401  (torch._C._distributed_c10d, where torch has it)
+
+    c10d = "torch._C._distributed_c10d"
+    out = [f"?{c10d}.Store.{n}" for n in _STORE_CALLS]
+    try:
+        from torch._C._distributed_c10d import _ControlCollectives
+    except ImportError:
+        return tuple(out)
+    out.append(f"?{c10d}._StoreCollectives.__init__")  # it talks to the store from C++
+    return (*out, *(f"?{c10d}._ControlCollectives.{n}" for n in vars(_ControlCollectives)
+                    if not n.startswith("_") and callable(getattr(_ControlCollectives, n))))
+
+
 def counted(fn: Callable, *args, **kwargs) -> tuple[Any, int | None]:
     """Rank side: ``(fn(*args, **kwargs), collectives the default group ran during the call)``;
-    None for the count where the process group does not keep one.
+    None for the count where the process group does not keep one. The ranks' store
+    (:func:`store_methods`) is refused meanwhile: what goes between ranks goes by collectives.
 
     >>> from dtlab import course
     >>> res = course.run_graded(course.counted, gather_pids, nprocs=2)   # doctest: +SKIP
@@ -240,7 +265,8 @@ def counted(fn: Callable, *args, **kwargs) -> tuple[Any, int | None]:
     group = dist.group.WORLD
     seq = getattr(group, "_get_sequence_number_for_group", None)
     before = seq() if seq else None
-    value = fn(*args, **kwargs)
+    with refused(*store_methods(), programs=False):
+        value = fn(*args, **kwargs)
     return value, (seq() - before if seq else None)
 
 
@@ -357,14 +383,16 @@ def _counting(calls: dict[str, int]) -> Iterator[None]:
 
 def with_secret_pid(fn: Callable, pids: list[int]) -> Any:
     """Rank side: call ``fn()`` while ``os.getpid()`` returns ``pids[rank]``, a number that no
-    process table holds; the other ranks can learn it only from this rank, through a collective.
+    process table holds; the other ranks can learn it only from this rank, through a collective
+    (the ranks' store is refused meanwhile, as in :func:`counted`).
     """
     import torch.distributed as dist
 
     real = os.getpid
     os.getpid = lambda: pids[dist.get_rank()]
     try:
-        return fn()
+        with refused(*store_methods(), programs=False):
+            return fn()
     finally:
         os.getpid = real
 

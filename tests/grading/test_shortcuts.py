@@ -85,9 +85,19 @@ def grade(notebook: str, exercise: str, answer: str | None = None, reuse_launche
 
 
 def fails(notebook, exercise, answer, **kw):
-    """The test cell fails on an assert (a wrong answer, or a refusal), not on a broken case."""
-    with pytest.raises(AssertionError):
+    """The test cell fails on an assert (a wrong answer, or a refusal, in this process or in a
+    rank), not on a broken case."""
+    from dtlab import RankError
+    from dtlab.course.checks import REFUSAL
+
+    try:
         grade(notebook, exercise, answer, **kw)
+    except AssertionError:
+        return
+    except RankError as err:  # a rank failed: on a refusal, not on a broken case
+        assert any(REFUSAL in text for text in err.failures.values()), err
+        return
+    pytest.fail(f"{notebook} {exercise}: the shortcut passed the test cell")
 
 
 # ---- 00_launch ----------------------------------------------------------------------------
@@ -116,12 +126,36 @@ def gather_pids():
                     ranks[int(rank[0][5:])] = int(name)
     return [ranks[r] for r in sorted(ranks)]
 ''',
+    # the ranks' key-value store: a message board beside the collectives
+    "the default store": '''
+def gather_pids():
+    import torch.distributed.distributed_c10d as c10d
+    store, r, n = c10d._get_default_store(), dist.get_rank(), dist.get_world_size()
+    store.set(f"pid{r}", str(os.getpid()))
+    dist.barrier()   # something for the collective counter
+    return [int(store.get(f"pid{i}")) for i in range(n)]
+''',
+    "torch's store-based all_gather": '''
+def gather_pids():
+    import datetime
+    import torch.distributed.distributed_c10d as c10d
+    from torch._C._distributed_c10d import _StoreCollectives
+    board = _StoreCollectives(c10d._get_default_store(), dist.get_rank(), dist.get_world_size())
+    dist.barrier()
+    got = board.all_gather("pids", str(os.getpid()).encode(), datetime.timedelta(seconds=30))
+    return [int(p) for p in got]
+''',
 }
 
 
 @pytest.mark.parametrize("name", GATHER_PIDS_SHORTCUTS)
 def test_gather_pids_shortcut_fails(name):
     fails("00_launch", "gather_pids", GATHER_PIDS_SHORTCUTS[name])
+    assert_no_descendants()
+
+
+def test_gather_pids_solution_passes():  # through all_gather, with the ranks' store refused
+    grade("00_launch", "gather_pids")
     assert_no_descendants()
 
 
