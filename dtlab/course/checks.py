@@ -132,10 +132,11 @@ def _functions(target: str) -> list[Callable]:
     return chain
 
 
-def _builtin_method(target: str) -> tuple[type, str | None] | None:
+def _builtin_method(target: str) -> tuple[Any, str | None] | None:
     """'pkg.mod.Class.method' where the method is compiled (a pybind11 method such as
     ``torch.distributed.ProcessGroup.allgather``) -> (Class, 'method'); its code cannot be
-    swapped, the class attribute can. (Class, None) for '?...' when the class lacks it."""
+    swapped, the class attribute can. (Class, None) for '?...' when the class lacks it. The same
+    for a compiled function of an extension module ('torch._C._distributed_c10d.name')."""
     parts = target.lstrip("?").split(".")
     for cut in range(len(parts) - 2, 0, -1):
         try:
@@ -144,8 +145,10 @@ def _builtin_method(target: str) -> tuple[type, str | None] | None:
             continue
         for name in parts[cut:-1]:
             obj = getattr(obj, name, None)
-        if inspect.isclass(obj) and parts[-1] in vars(obj):
+        if (inspect.isclass(obj) or inspect.ismodule(obj)) and parts[-1] in vars(obj):
             attr = vars(obj)[parts[-1]]
+            if inspect.ismodule(obj) and not inspect.isbuiltin(attr):
+                return None  # a module's Python function, class or submodule: _functions
             if not inspect.isfunction(getattr(attr, "__func__", attr)) and callable(attr):
                 return obj, parts[-1]
         elif inspect.isclass(obj) and target.startswith("?") and not hasattr(obj, parts[-1]):

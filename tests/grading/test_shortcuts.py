@@ -162,6 +162,24 @@ def test_gather_pids_solution_passes():  # through all_gather, with the ranks' s
 PREDICT_SHORTCUTS = {
     "runs the program": "def predict(world_size):\n    return dtlab.run(program, nprocs=world_size, backend='gloo').values\n",
     "the 2-rank answer for every size": "def predict(world_size):\n    return [[2.0, 1.0]] * world_size\n",
+    "runs the program on torch's threaded process group": '''
+def predict(world_size):
+    import threading, torch.distributed as dist
+    from torch.testing._internal.distributed import multi_threaded_pg as mt
+    torch._C._distributed_c10d._set_thread_isolation_mode(True)
+    mt._install_threaded_pg()
+    store = dist.HashStore()
+    out = [None] * world_size
+    def rank(r):
+        dist.init_process_group("threaded", rank=r, world_size=world_size, store=store)
+        out[r] = program()
+        dist.barrier(); dist.destroy_process_group()
+    ts = [threading.Thread(target=rank, args=(r,)) for r in range(world_size)]
+    [t.start() for t in ts]; [t.join() for t in ts]
+    mt._uninstall_threaded_pg()
+    torch._C._distributed_c10d._set_thread_isolation_mode(False)
+    return out
+''',
 }
 
 
