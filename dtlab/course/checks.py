@@ -1,10 +1,16 @@
 """What graded test cells use so that an exercise grades the skill, not a way around it.
 
-Four kinds of help, each small:
+Five kinds of help, each small:
+
+* :func:`plain` -- a learner's answer copied as plain data (exact builtin types), so that it
+  cannot be an object whose ``==`` says yes to anything::
+
+      got = course.plain(classify(folder))
 
 * :func:`refused` -- while a learner's function runs under a test, the library's own answer
-  (``dtlab.bench.busbw``, ``dtlab.hang.diagnose``, ...) and starting programs (``subprocess``,
-  ``os.system``, ``dtlab ...`` on the command line) raise instead of answering::
+  (``dtlab.bench.busbw``, ``dtlab.hang.diagnose``, ...) and starting programs or processes
+  (``subprocess``, ``os.system``, ``dtlab ...`` on the command line, ``multiprocessing``, ``pty``,
+  ``ctypes``) raise instead of answering::
 
       with course.refused("dtlab.bench.busbw", "dtlab.bench.formulas"):
           got = bus_bandwidth("all_reduce", 1 << 30, 4000.0, 8)
@@ -15,7 +21,8 @@ Four kinds of help, each small:
 * rank-side wrappers, run through :func:`dtlab.course.run_graded`: :func:`counted` returns the
   learner's value with the number of collectives the default process group ran meanwhile, and
   :func:`with_secret_pid` makes ``os.getpid()`` return a number no other process can see, so
-  only a collective can tell the other ranks;
+  only a collective can tell the other ranks; both refuse the ranks' key-value store
+  (:func:`store_methods`) meanwhile;
 * inside the ranks, :class:`refusing` wraps a learner's collective so that torch's own
   collectives (:func:`torch_collectives`: the ``dist.*`` calls, decorated or bound elsewhere,
   and the process group's compiled methods beneath them) raise only while it runs, and checks
@@ -240,7 +247,7 @@ _STORE_CALLS = ("set", "compare_set", "get", "add", "check", "delete_key", "num_
 def store_methods() -> tuple[str, ...]:
     """:func:`refused` targets for the methods of every ``torch.distributed.Store``, and of the
     store-based collectives (``_StoreCollectives``), where this torch has them."""
-    import torch.distributed  # noqa: F401  (torch._C._distributed_c10d, where torch has it)
+    importlib.import_module("torch.distributed")  # loads torch._C._distributed_c10d
 
     c10d = "torch._C._distributed_c10d"
     out = [f"?{c10d}.Store.{n}" for n in _STORE_CALLS]
