@@ -193,10 +193,8 @@ class Supervisor:
             return []
         stopped = self.procs.stop(grace=grace)
         reaper.release(self._reaper)
-        try:
-            self.store = None  # the store's listener closes with it
-        finally:
-            if not os.environ.get("DTLAB_KEEP_RUNS"):
-                shutil.rmtree(self.run_dir, ignore_errors=True)
-            self._closed = True
+        self.store = None  # its listening socket closes with it
+        if not os.environ.get("DTLAB_KEEP_RUNS"):
+            shutil.rmtree(self.run_dir, ignore_errors=True)
+        self._closed = True
         return stopped
