@@ -98,8 +98,12 @@ class Supervisor:
         self.plan = plan
         self.run_dir = run_dir or make_run_dir(prefix)
         self.fr_dir = os.path.join(self.run_dir, "fr")
-        os.makedirs(self.fr_dir, exist_ok=True)
-        self.store = loopback_store(store_timeout)
+        try:  # nothing started yet: a failure here must not leave the folder behind
+            os.makedirs(self.fr_dir, exist_ok=True)
+            self.store = loopback_store(store_timeout)
+        except BaseException:
+            shutil.rmtree(self.run_dir, ignore_errors=True)
+            raise
         envs = _plan.rank_envs(plan, self.store.port,
                                evidence.fr_env(plan.backend, self.fr_dir, plan.env))
         self.procs = RankProcs(os.path.join(self.run_dir, "logs"), envs,
