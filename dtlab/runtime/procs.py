@@ -44,6 +44,7 @@ class RankProcs:
         self.exit_codes: dict[int, int | None] = dict.fromkeys(envs)
         self.exit_times: dict[int, float] = {}
         self.stopped: set[int] = set()
+        self._ended = False  # stop() ran to the end: every rank and descendant is gone
 
     # -- start ----------------------------------------------------------------------------------
     def start(self) -> None:
@@ -115,7 +116,7 @@ class RankProcs:
     def stop(self, grace: float = 3.0) -> list[int]:
         """SIGTERM every rank's process group and descendants; SIGKILL what is left after
         ``grace`` seconds. Returns the ranks that were still running. Idempotent."""
-        if self.ctx is None:
+        if self.ctx is None or self._ended:  # a second call (launch's, then close's) has no work
             return []
         running = self.alive()
         self.stopped |= set(running)
@@ -135,6 +136,7 @@ class RankProcs:
         except Exception:
             pass
         _LIVE.discard(self)
+        self._ended = interrupted is None and None not in self.exit_codes.values()
         if interrupted is not None:
             raise interrupted
         return running
