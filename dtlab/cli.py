@@ -3,6 +3,7 @@
     dtlab doctor [--json] [--no-launch]     is this machine ready? (dtlab.doctor)
     dtlab validate [--op OP,...] [--json]   every collective checked on live ranks (dtlab.collectives)
     dtlab nccl-log FILE... [--json]         what NCCL logged, rank by rank (dtlab.nccl_log)
+    dtlab topo [FILE] [--json]              how the GPUs and NICs connect, and what it predicts (dtlab.topology)
     dtlab tune [--algo Ring,Tree] [--json]  busbw under a grid of NCCL settings (dtlab.tuning)
     dtlab course release|validate|autograde|feedback|report   the nbgrader course (dtlab.course)
     dtlab hang KIND [--nprocs N] [--backend B] [--out DIR]    reproduce a failure (dtlab.hang)
@@ -119,6 +120,17 @@ def _bench(args) -> int:
     print(json.dumps(reports, indent=1) if args.json else bench.render_text(reports))
     wrong = any((r[g] or {}).get("wrong") for rep in reports for r in rep["rows"] for g in ("oop", "ip"))
     return 2 if df.empty else 1 if wrong else 0
+
+
+def _topo(args) -> int:
+    import json
+
+    from . import topology
+
+    with arguments():  # a file that is not there or holds no topology; no nvidia-smi here
+        topo = topology.load(args.file) if args.file else topology.local()
+    print(json.dumps(topology.to_json(topo), indent=1) if args.json else topology.render(topo))
+    return 0
 
 
 def _nccl_tests(args) -> int:
@@ -265,6 +277,13 @@ def build_parser() -> argparse.ArgumentParser:
     nt.add_argument("files", nargs="+", metavar="FILE", help="nccl-tests text output")
     nt.add_argument("--json", action="store_true", help="{header, rows, trailer} per run")
     nt.set_defaults(func=_nccl_tests)
+    tp = sub.add_parser("topo", help="GPU/NIC topology (nvidia-smi topo -m, NCCL's topology XML, "
+                        "NVML, peer access) and the transport predicted per GPU pair (dtlab.topology)")
+    tp.add_argument("file", nargs="?", metavar="FILE", help="saved `nvidia-smi topo -m` output or "
+                    "NCCL_TOPO_DUMP_FILE XML (default: this machine)")
+    tp.add_argument("--json", action="store_true", help="devices, links [{a, b, kind}], affinity, "
+                    "predictions")
+    tp.set_defaults(func=_topo)
     t = sub.add_parser("tune", help="busbw vs size under a grid of NCCL settings, each in "
                        "fresh ranks, with NCCL's chosen algorithm/protocol/channels/transport "
                        "(dtlab.tuning)")
