@@ -101,14 +101,21 @@ def _bench(args) -> int:
     from .bench.engine import make_config
     from .runtime.plan import check_timeout, resolve
 
+    if args.p2p:
+        return _bench_p2p(args)
     with arguments(SWEEP_FLAGS):
         make_config(args.op, args.minbytes, args.maxbytes, args.stepfactor, args.iters,
                     args.warmup_iters, args.datatype, nprocs=args.nprocs)
         check_timeout(args.timeout)
         resolve(args.nprocs, args.backend)
+        if args.graph:
+            from .bench.graph import check_graph_possible
+
+            check_graph_possible(args.backend)
     df = bench.sweep(args.op, args.minbytes, args.maxbytes, args.stepfactor, args.iters,
                      args.warmup_iters, dtype=args.datatype, nprocs=args.nprocs,
-                     backend=args.backend, progress=not args.json, timeout=args.timeout)
+                     backend=args.backend, progress=not args.json, timeout=args.timeout,
+                     graph=args.graph)
     if args.csv:
         df.to_csv(args.csv, index=False)
     if args.plot:
@@ -131,6 +138,35 @@ def _topo(args) -> int:
         topo = topology.load(args.file) if args.file else topology.local()
     print(json.dumps(topology.to_json(topo), indent=1) if args.json else topology.render(topo))
     return 0
+
+
+def _bench_p2p(args) -> int:
+    """``dtlab bench --p2p``: copy-engine GB/s and latency between every GPU pair, one process."""
+    import json
+
+    from .bench import p2p
+
+    with arguments({"size": "-e"}):
+        size = args.maxbytes if args.maxbytes != "128M" else "256M"  # -e's sweep default
+        p2p.parse_size(size, "size")
+        if args.iters < 1 or args.warmup_iters < 0:
+            raise ValueError("-n must be >= 1 and -w >= 0.")
+        p2p.check_p2p_possible()
+    df = p2p.p2p_matrix(size=size, iters=args.iters, warmup=args.warmup_iters)
+    if args.csv:
+        df.to_csv(args.csv, index=False)
+    if args.plot:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        p2p.plot_p2p(df, "uni_GBps").figure.savefig(args.plot, dpi=120, bbox_inches="tight")
+    slow = p2p.slow_pairs(df, "uni_GBps")
+    if args.json:
+        print(json.dumps({"pairs": df.to_dict(orient="records"), "slow_pairs": slow}, indent=1))
+    else:
+        print(df.to_string(index=False, float_format=lambda v: f"{v:.2f}"))
+        print(f"slow pairs (< 0.75 x median uni GB/s): {slow or 'none'}")
+    return 1 if slow else 0
 
 
 def _nccl_tests(args) -> int:
@@ -271,6 +307,10 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--timeout", type=float, default=600, help="seconds before the run is a hang")
     b.add_argument("--csv", metavar="FILE", help="also write the table as CSV")
     b.add_argument("--plot", metavar="FILE.png", help="also draw busbw vs size")
+    b.add_argument("--graph", action="store_true", help="capture each size's timed loop in a "
+                   "CUDA graph and time its replay (NCCL on GPUs; like nccl-tests -G)")
+    b.add_argument("--p2p", action="store_true", help="instead of a sweep: copy GB/s and "
+                   "latency between every GPU pair (-e: copy size, default 256M)")
     b.add_argument("--json", action="store_true", help="machine-readable output")
     b.set_defaults(func=_bench)
     nt = sub.add_parser("nccl-tests", help="read nccl-tests output (all_reduce_perf & co.)")

@@ -77,14 +77,17 @@ def sweep(op: str | Sequence[str] = "all_reduce", min_bytes: int | str = 8,
           max_bytes: int | str = "128M", factor: int = 2, iters: int = 20, warmup: int = 5,
           dtype: Any = "float32", nprocs: int | None = None, backend: str = "auto", pool=None,
           progress: bool = True, timeout: float | None = 600, check: bool = True,
-          env: dict | None = None, _inject: dict | None = None) -> "pandas.DataFrame":
+          env: dict | None = None, graph: bool = False,
+          _inject: dict | None = None) -> "pandas.DataFrame":
     """Measure algbw/busbw of ``op`` (a name, a list, or ``"all"``) like nccl-tests' ``*_perf``.
 
     Launches through :func:`dtlab.run` (``nprocs``, ``backend`` as there), or through
     ``pool.run`` when a :class:`dtlab.Pool` is given. ``progress``: a line here before and after,
     and rank 0 prints each size's row as it completes. ``check=False`` skips the ``#wrong``
     check (N/A). ``env``: the ranks' environment (e.g. ``{"NCCL_PROTO": "Simple"}``; NCCL reads
-    it when ranks start, so not with ``pool=``). ``_inject`` is a test hook: ``{"corrupt": k}`` damages k elements of rank 0's
+    it when ranks start, so not with ``pool=``). ``graph=True`` captures each size's timed loop
+    in a CUDA graph and times its replay (:mod:`dtlab.bench.graph`; NCCL on GPUs only, else
+    ValueError before anything starts). ``_inject`` is a test hook: ``{"corrupt": k}`` damages k elements of rank 0's
     result before the check, ``{"unsupported": [op]}`` makes ``op`` fail as a backend without it.
 
     >>> df = sweep("all_reduce", 8, "1M", nprocs=2, backend="gloo")   # doctest: +SKIP
@@ -94,7 +97,11 @@ def sweep(op: str | Sequence[str] = "all_reduce", min_bytes: int | str = 8,
     module docstring; ``df.attrs`` holds "header", "unsupported" and "skipped".
     """
     cfg = make_config(op, min_bytes, max_bytes, factor, iters, warmup, dtype, progress, check,
-                      _inject, nprocs=nprocs if pool is None else None)
+                      _inject, nprocs=nprocs if pool is None else None, graph=graph)
+    if graph:
+        from .graph import check_graph_possible
+
+        check_graph_possible(None if pool is not None else backend)
     from .timing import run_sweep
 
     sizes = cfg["sizes"]
@@ -102,7 +109,7 @@ def sweep(op: str | Sequence[str] = "all_reduce", min_bytes: int | str = 8,
         print(f"dtlab.bench: {', '.join(cfg['ops'])} | {len(sizes)} sizes "
               f"{format_size(sizes[0])}..{format_size(sizes[-1])} (x{factor}) | {cfg['warmup']} "
               f"warmup + {cfg['iters']} timed calls per size and column | rank 0 prints each "
-              f"size as it completes", flush=True)
+              f"size as it completes{' | CUDA graph replay' if graph else ''}", flush=True)
     t0 = time.monotonic()
     if pool is not None:
         if env:
@@ -122,7 +129,7 @@ def sweep(op: str | Sequence[str] = "all_reduce", min_bytes: int | str = 8,
 
 
 def make_config(op, min_bytes, max_bytes, factor=2, iters=20, warmup=5, dtype="float32",
-                progress=True, check=True, inject=None, nprocs=None) -> dict:
+                progress=True, check=True, inject=None, nprocs=None, graph=False) -> dict:
     """Check :func:`sweep`'s arguments and return what the ranks get
     (:func:`dtlab.bench.timing.run_sweep`'s one argument); ValueError on bad input. ``nprocs``
     is only checked (the launch decides the rest: a type error there is a LaunchError)."""
@@ -132,7 +139,7 @@ def make_config(op, min_bytes, max_bytes, factor=2, iters=20, warmup=5, dtype="f
             "factor": factor, "iters": _count("iters", iters, 1),
             "warmup": _count("warmup", warmup, 0), "dtype": resolve_dtype(dtype),
             "progress": bool(progress), "check": bool(check), "inject": dict(inject or {}),
-            "run_id": os.urandom(6).hex()}
+            "graph": bool(graph), "run_id": os.urandom(6).hex()}
 
 
 def result_frame(out: dict, cfg: dict) -> "pandas.DataFrame":
@@ -155,7 +162,8 @@ def _header(out: dict, cfg: dict) -> dict:
          "nthreads": 1, "ngpus": 1,  # one process per rank, one device each (nccl-tests + MPI)
          "min_bytes": cfg["sizes"][0], "max_bytes": cfg["sizes"][-1], "step": cfg["factor"],
          "step_kind": "factor", "warmup_iters": cfg["warmup"], "iters": cfg["iters"],
-         "validation": int(cfg["check"]), "dtype": cfg["dtype"], "notes": [], "warnings": []}
+         "validation": int(cfg["check"]), "graph": int(cfg.get("graph", False)),
+         "dtype": cfg["dtype"], "notes": [], "warnings": []}
     if out.get("nccl_version"):
         h["nccl_version"] = out["nccl_version"]
     return h

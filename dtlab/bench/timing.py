@@ -166,8 +166,12 @@ def _agree(value: float, op, device, dtype=torch.float64) -> float:
     return t.item()
 
 
-def time_case(case: Case, iters: int, warmup: int, device) -> float:
-    """Seconds per call, the MAX over ranks."""
+def time_case(case: Case, iters: int, warmup: int, device, graph: bool = False) -> float:
+    """Seconds per call, the MAX over ranks; ``graph``: replayed from a CUDA graph (graph.py)."""
+    if graph:
+        from .graph import time_graphed
+
+        return _agree(time_graphed(case, iters, warmup, device), dist.ReduceOp.MAX, device)
     for _ in range(warmup):
         case.run()
     _sync(device)
@@ -218,7 +222,7 @@ def _column(op, chunk, inplace, cfg, device, dtype, seed, inject):
         if op in inject.get("unsupported", ()):
             raise RuntimeError(f"[test hook] backend does not support {op}")
         case = Case(op, chunk, inplace, dtype, device)
-        seconds = time_case(case, cfg["iters"], cfg["warmup"], device)
+        seconds = time_case(case, cfg["iters"], cfg["warmup"], device, cfg.get("graph", False))
         wrong = check_case(case, seed, device, inject.get("corrupt", 0)) if cfg["check"] else None
         del case
         return seconds, wrong, None
@@ -255,6 +259,9 @@ def run_sweep(cfg: dict) -> dict | None:
     me = {"rank": rank, "pid": os.getpid(), "host": socket.gethostname(), "device": str(device),
           "name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"}
     devices = _exchange(me, cfg.get("run_id", "sweep"), rank, n)
+    if cfg.get("graph") and device.type != "cuda":
+        raise ValueError("graph=True needs the NCCL backend on CUDA devices; this launch runs "
+                         f"{backend}.")
     rows, unsupported, skipped = [], {}, []
     # (op, inplace) pairs the backend cannot run; out-of-place of in-place-only APIs counts too
     bad = {(op, False) for op in OOP_NA}

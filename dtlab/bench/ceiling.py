@@ -1,0 +1,127 @@
+"""The ceiling: what the links could carry, what NCCL thinks they carry, what a sweep reached.
+
+Contract, three small passes over recorded evidence and one plot:
+
+* :func:`nvlink_rates` -- ``nvidia-smi nvlink -s`` text -> ``{gpu: [GB/s per link]}``; each
+  figure is one link's rate *per direction* (18 x 26.562 = 478.1 GB/s per H200 each way);
+* :func:`nccl_topology` -- an ``NCCL_DEBUG=INFO`` log (``NCCL_DEBUG_SUBSYS`` with GRAPH) ->
+  NCCL's own figures: ``system_max_bw`` (``=== System : maxBw X totalBw Y ===``, GB/s, its
+  model of the best GPU-to-GPU path) and one entry per searched graph (``Pattern P, ...,
+  nChannels C, bw A/B``: ``bw`` is GB/s *per channel*, intra-node / inter-node; pattern 4 is
+  the ring, 1-3 trees; src/include/graph.h ``NCCL_TOPO_PATTERN_*``);
+* :func:`ceiling_lines` -- those as labelled horizontal lines; :func:`plot_ceiling` draws them
+  over measured busbw (:func:`dtlab.bench.plot`).
+
+Why one direction: busbw (nccl-tests doc/PERFORMANCE.md) is the rate at which each rank's
+bytes cross its busiest link in one direction -- an all-reduce ring sends and receives at once,
+each direction carrying ``2(n-1)/n x S``. The "900 GB/s" in NVLink4 marketing is both directions
+added (18 links x 25 GB/s x 2); the per-direction figure is the one busbw can approach.
+
+>>> from dtlab.bench.ceiling import nvlink_rates, nccl_topology
+>>> sum(nvlink_rates("data/h200x2-nccl-logs/nvidia-smi-nvlink.txt")[0])        # doctest: +ELLIPSIS
+478.1...
+>>> nccl_topology("data/h200x2-nccl-logs/default/vm.1071.log")["system_max_bw"]
+370.8
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import matplotlib.axes
+
+_GPU = re.compile(r"^GPU\s+(\d+):")
+_LINK = re.compile(r"^\s*Link\s+(\d+):\s*([\d.]+)\s*GB/s")
+_SYSTEM = re.compile(r"=== System : maxBw ([\d.]+) totalBw ([\d.]+) ===")
+_PATTERN = re.compile(r"Pattern (\d+), crossNic (\d+), nChannels (\d+), bw ([\d.]+)/([\d.]+), "
+                      r"type (\S+?)/(\S+?),")
+PATTERNS = {1: "balanced tree", 2: "split tree", 3: "tree", 4: "ring", 5: "nvls",
+            6: "collnet direct"}
+
+
+def _text(text_or_path) -> str:
+    if isinstance(text_or_path, os.PathLike) or (isinstance(text_or_path, str)
+                                                  and "\n" not in text_or_path):
+        if not os.path.isfile(text_or_path):
+            raise ValueError(f"{text_or_path}: no such file.")
+        with open(text_or_path, encoding="utf-8", errors="replace") as f:
+            return f.read()
+    return text_or_path
+
+
+def nvlink_rates(text_or_path) -> dict[int, list[float]]:
+    """``nvidia-smi nvlink -s`` -> ``{gpu index: [per-direction GB/s of each active link]}``
+    (inactive links, printed ``<inactive>``, are left out)."""
+    out: dict[int, list[float]] = {}
+    gpu = None
+    for line in _text(text_or_path).splitlines():
+        if m := _GPU.match(line):
+            gpu = int(m.group(1))
+            out[gpu] = []
+        elif (m := _LINK.match(line)) and gpu is not None:
+            out[gpu].append(float(m.group(2)))
+    if not out:
+        raise ValueError("not nvidia-smi nvlink -s output: no 'GPU N:' line.")
+    return out
+
+
+def nccl_topology(text_or_path) -> dict:
+    """NCCL's bandwidth model from one rank's INFO log: ``{"system_max_bw", "system_total_bw",
+    "graphs": [{"pattern", "name", "channels", "bw_intra", "bw_inter", "type_intra",
+    "total_intra"}]}`` (GB/s; ``total_intra`` = channels x bw_intra). The first of each
+    pattern only: every communicator prints its own search."""
+    text = _text(text_or_path)
+    m = _SYSTEM.search(text)
+    if not m:
+        raise ValueError("no '=== System : maxBw ... ===' line: run with NCCL_DEBUG=INFO and "
+                         "NCCL_DEBUG_SUBSYS including GRAPH (or INIT,GRAPH).")
+    graphs, seen = [], set()
+    for g in _PATTERN.finditer(text):
+        p = int(g.group(1))
+        if p in seen:
+            continue
+        seen.add(p)
+        ch, intra = int(g.group(3)), float(g.group(4))
+        graphs.append({"pattern": p, "name": PATTERNS.get(p, f"pattern {p}"), "channels": ch,
+                       "bw_intra": intra, "bw_inter": float(g.group(5)),
+                       "type_intra": g.group(6), "total_intra": ch * intra})
+    return {"system_max_bw": float(m.group(1)), "system_total_bw": float(m.group(2)),
+            "graphs": graphs}
+
+
+def ceiling_lines(nvlink=None, nccl_log=None, gpu: int = 0) -> list[tuple[float, str]]:
+    """``[(GB/s, label)]`` from the recorded evidence given: the links' per-direction sum,
+    NCCL's system bandwidth and its ring graph's channels x per-channel bandwidth."""
+    lines = []
+    if nvlink is not None:
+        links = nvlink_rates(nvlink)[gpu]
+        if links:
+            lines.append((sum(links), f"NVLink: {len(links)} x {links[0]:g} GB/s = "
+                                      f"{sum(links):.1f} GB/s per direction (nvidia-smi)"))
+    if nccl_log is not None:
+        topo = nccl_topology(nccl_log)
+        lines.append((topo["system_max_bw"], f"NCCL topology maxBw {topo['system_max_bw']:g} GB/s"))
+        ring = next((g for g in topo["graphs"] if g["pattern"] == 4), None)
+        if ring:
+            lines.append((ring["total_intra"], f"NCCL ring graph: {ring['channels']} channels x "
+                                               f"{ring['bw_intra']:g} GB/s"))
+    return lines
+
+
+def plot_ceiling(data, nvlink=None, nccl_log=None, ax: "matplotlib.axes.Axes | None" = None,
+                 title: str | None = None) -> "matplotlib.axes.Axes":
+    """Measured busbw (``data``: what :func:`dtlab.bench.plot` takes) under the ceilings."""
+    from .plot import plot
+
+    ax = plot(data, ax=ax, title=title)
+    styles = [":", "--", "-."]
+    for k, (bw, label) in enumerate(ceiling_lines(nvlink, nccl_log)):
+        ax.axhline(bw, color=f"{0.2 + 0.2 * k:.1f}", linestyle=styles[k % 3], linewidth=1.5,
+                   label=label)
+    ax.set_ylim(bottom=0, top=max([ax.get_ylim()[1]] + [b * 1.08 for b, _ in
+                                                         ceiling_lines(nvlink, nccl_log)]))
+    ax.legend(fontsize="small", loc="upper left")
+    return ax
