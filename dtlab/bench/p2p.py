@@ -157,6 +157,16 @@ def to_matrix(rows, value: str = "uni_GBps") -> list[list[float | None]]:
     return m
 
 
+def _square(data, value: str) -> list:
+    """A square matrix (list of lists) as given, or one made from p2p rows."""
+    if isinstance(data, list) and data and all(isinstance(r, (list, tuple)) for r in data):
+        if any(len(r) != len(data) for r in data):
+            raise ValueError(f"the matrix is not square: {len(data)} rows of lengths "
+                             f"{sorted({len(r) for r in data})}.")
+        return [list(r) for r in data]
+    return to_matrix(data, value)
+
+
 def slow_pairs(data, value: str = "uni_GBps", fraction: float = 0.75) -> list[list[int]]:
     """Ordered pairs ``[src, dst]`` whose ``value`` is below ``fraction`` x the median of every
     measured off-diagonal entry (a bandwidth: lower is slower). ``data``: p2p rows or a square
@@ -169,7 +179,7 @@ def slow_pairs(data, value: str = "uni_GBps", fraction: float = 0.75) -> list[li
     import math
     import statistics
 
-    m = data if isinstance(data, list) else to_matrix(data, value)
+    m = _square(data, value)
     vals = [v for i, row in enumerate(m) for j, v in enumerate(row)
             if i != j and v is not None and not math.isnan(v)]
     if not vals:
@@ -184,7 +194,7 @@ def plot_p2p(data, value: str = "uni_GBps", ax: "matplotlib.axes.Axes | None" = 
     """Heatmap of ``value`` (rows: source GPU, columns: destination), numbers in the cells."""
     import numpy as np
 
-    m = data if isinstance(data, list) else to_matrix(data, value)
+    m = _square(data, value)
     arr = np.array([[np.nan if v is None else v for v in row] for row in m], dtype=float)
     if ax is None:
         import matplotlib.pyplot as plt
