@@ -27,9 +27,10 @@ from .nccl_xml import parse_nccl_topo, pcie_gbps
 from .live import local, nvidia_smi_topo, nvml_facts, peer_access
 from .predict import (nearest_nics, parse_p2p_bandwidth_test, predict_pairs, reconcile,
                       ring_bottleneck, slowest_pairs)
-from .report import load, parse, render, to_json
+from .report import gpu_rows, load, parse, provenance, render, to_json
 
 __all__ = ["LINK_RANK", "link_kind", "link_order", "parse_topo_matrix", "parse_nccl_topo",
            "pcie_gbps", "local", "nvidia_smi_topo", "nvml_facts", "peer_access", "predict_pairs",
            "nearest_nics", "ring_bottleneck", "slowest_pairs", "reconcile",
-           "parse_p2p_bandwidth_test", "load", "parse", "render", "to_json"]
+           "parse_p2p_bandwidth_test", "load", "parse", "render", "to_json", "gpu_rows",
+           "provenance"]

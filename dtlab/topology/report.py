@@ -90,3 +90,30 @@ def render(topo: dict) -> str:
             f"{i}->{j} {'yes' if pa[i][j] else 'no'}" for i in range(len(pa))
             for j in range(len(pa)) if i != j)]
     return "\n".join(lines)
+
+
+def gpu_rows(topo: dict) -> dict[str, dict[str, str]]:
+    """The GPU rows of the matrix as nested plain dicts, NICs by their matrix names:
+    ``{"GPU0": {"GPU1": "NV18", "NIC0": "PIX", ...}, ...}`` (no self entries)."""
+    cols = topo["gpus"] + topo["nics"]
+    return {g: {c: topo["links"].get((g, c)) or topo["links"][(c, g)] for c in cols if c != g}
+            for g in topo["gpus"]}
+
+
+def provenance(path: str) -> str:
+    """Where a file under data/topologies comes from: the section of that folder's README.md
+    headed by the file's name (source, machine, date, what it shows)."""
+    import os
+
+    readme = os.path.join(os.path.dirname(path), "README.md")
+    name = os.path.basename(path)
+    try:
+        with open(readme, encoding="utf-8") as f:
+            text = f.read()
+    except OSError:
+        raise ValueError(f"no README.md beside {path}: every recorded file needs its source") from None
+    for section in text.split("\n## ")[1:]:
+        title, _, body = section.partition("\n")
+        if name in title or name.replace("-p2p.txt", "-topo.txt") in title:
+            return f"{name} -- {body.strip()}"
+    raise ValueError(f"{readme} has no section for {name}")
