@@ -7,15 +7,17 @@ column's bytes), ``residuals`` (measured vs. model at every size), :meth:`Fit.pr
 :attr:`Fit.crossover_bytes` (where ``alpha == size / beta``: below it a call is latency-bound)
 and :meth:`Fit.predict_busbw` (a ring-model extrapolation to more ranks).
 
-Why not one least-squares fit. Sizes span 8 B .. 1 GiB, 8 decades. Ordinary least squares on
-time is ruled by the largest sizes: alpha comes out as whatever absorbs their curvature, tens of
-microseconds off, even negative. Least squares on *relative* error is ruled by the many small sizes,
-where the bandwidth term is 0.001 % of the time: beta is then set by noise. And the real curve is
-not the model: between ~1 MiB and ~64 MiB NCCL ramps up (more channels, pipelining), so a single
-line through every point fits neither end. Measured (recorded 2x H200 sweeps, sizes <= 256 MiB):
-relative-error WLS over all sizes predicted 1 GiB 30-60 % off. So each parameter is fitted where
-it is the one that matters (Hockney's model fitted per regime, as in Thakur, Rabenseifner & Gropp,
-"Optimization of Collective Communication Operations in MPICH", IJHPCA 2005, section 2):
+Why not one least-squares fit. Sizes span 8 B .. 1 GiB, 8 decades, and the real curve is not
+the model: between ~1 MiB and ~64 MiB NCCL ramps up (more channels, pipelining), so one line
+through every point fits neither end well. Ordinary least squares on time is ruled by the
+largest sizes: its intercept is whatever absorbs their curvature and noise, and one slow call
+moves it (recorded dtlab all_to_all in place: the smallest size predicted 87 % high). Least
+squares on *relative* error is ruled by the many small sizes, where the bandwidth term is noise
+(recorded nccl-tests all_reduce: 1 GiB predicted 16 % high from sizes <= 256 MiB; dtlab
+all_to_all in place 18 %). On sweeps with a ramp and 3 % noise (tests/bench/test_fit.py) both
+miss by more. So each parameter is fitted where it is the one that matters (Hockney's model
+fitted per regime, as in Thakur, Rabenseifner & Gropp, "Optimization of Collective
+Communication Operations in MPICH", IJHPCA 2005, section 2):
 
 1. ``alpha0`` = the median time of the smallest quarter of the sizes (at least 3): the latency
    plateau, robust to the odd slow call;
