@@ -13,12 +13,14 @@ In a notebook::
     course.run_graded(fn, nprocs=2)      # dtlab.run on gloo under nbgrader, quiet, bounded
     course.recorded("h200x2-nccl-tests/nt_all_reduce.txt")   # real GPU data, labelled as such
     with course.refused("dtlab.bench.busbw"): ...               # the library may not answer
+    with course.isolated(fn, refuse=("dtlab.bench.*",)) as mine: mine(...)   # ... in a fresh process
 
 Importing this package is cheap (no nbgrader, no pandas) so notebooks can use it freely.
 """
 
 from .checks import NotPlain, counted, plain, refused, secret_pids, unlabeled_copy, with_secret_pid
 from .api import Graded, Released, Validation, autograde, feedback, release, report, validate
+from .isolate import Isolated, isolated
 from .graded import backend, grading, run_graded
 from .layout import CourseError, assignment_ids, course_root
 from .recorded import Recorded, recorded
@@ -26,4 +28,4 @@ from .recorded import Recorded, recorded
 __all__ = ["release", "validate", "autograde", "feedback", "report", "Released", "Validation",
            "Graded", "CourseError", "assignment_ids", "course_root", "run_graded", "backend",
            "grading", "recorded", "Recorded", "refused", "counted", "with_secret_pid",
-           "secret_pids", "unlabeled_copy", "plain", "NotPlain"]
+           "secret_pids", "unlabeled_copy", "plain", "NotPlain", "isolated", "Isolated"]

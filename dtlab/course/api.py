@@ -25,6 +25,7 @@ import sys
 import warnings
 from dataclasses import dataclass, field
 
+from . import review
 from .layout import (GRADING_DIR, CourseError, collect, course_root, default_db_url, scan_submissions,
                      select, sync)
 
@@ -56,6 +57,8 @@ class Graded:
     max_score: float | None = None
     error: str = ""  # why nbgrader could not grade it (the exception), when not ok
     log: str = ""  # nbgrader's log of this submission
+    # what the submission's code does that no answer needs (dtlab.course.review): for a person
+    flags: list[str] = field(default_factory=list)
 
 
 def _config(root: str, db: str | None = None, timeout: float | None = None):
@@ -192,6 +195,7 @@ def autograde(submissions: str, *, db: str | None = None, root: str | None = Non
     Test cells are restored from the source before running; each cell is bounded by the
     per-cell timeout (grading/nbgrader_config.py, or ``timeout=``); a crash fails the rest of
     that notebook only. A layout problem raises :class:`CourseError` before anything runs.
+    Each :class:`Graded` carries the submission's review flags (:mod:`dtlab.course.review`).
 
     >>> from dtlab import course
     >>> [(g.student, g.score) for g in course.autograde("inbox")]      # doctest: +SKIP
@@ -208,8 +212,10 @@ def autograde(submissions: str, *, db: str | None = None, root: str | None = Non
         for student, aid in pairs:
             result = api.autograde(aid, student, force=True, create=True)
             ok = bool(result.get("success"))
+            path = os.path.join(submissions, student, aid, aid + ".ipynb")
             graded.append(Graded(student, aid, ok, log=result.get("log") or "",
-                                 error="" if ok else _reason(result)))
+                                 error="" if ok else _reason(result),
+                                 flags=review.notebook_flags(path)))
         with contextlib.closing(api.gradebook) as gb:
             for g in graded:
                 if g.ok:

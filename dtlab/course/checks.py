@@ -206,34 +206,44 @@ def refused(*targets: str, programs: bool = True) -> Iterator[None]:
     """
     swapped: list[tuple[Callable, Any]] = []
     patched: list[tuple[Any, str, Any]] = []
-    methods = [m for t in targets if (m := _builtin_method(t)) and m[1]]
-    functions = [f for t in targets if not _builtin_method(t) for f in _functions(t)]
-    doors: list[tuple[Any, str]] = []
-    if programs:
-        more, doors = _program_doors()
-        functions += more
     try:
-        for owner, name in methods:
-            patched.append((owner, name, vars(owner)[name]))
-            setattr(owner, name, _refuse)
-        for f in functions:
-            if f.__code__.co_freevars:  # a closure: its code cannot be swapped; its name can
-                module = inspect.getmodule(f)
-                if getattr(module, f.__name__, None) is f:
-                    patched.append((module, f.__name__, f))
-                    setattr(module, f.__name__, _refuse)
-            else:
-                swapped.append((f, f.__code__))
-                f.__code__ = _refuse.__code__
-        for module, name in doors:
-            patched.append((module, name, getattr(module, name)))
-            setattr(module, name, _refuse)
+        apply_refusals(targets, programs, swapped, patched)
         yield
     finally:
         for f, code in reversed(swapped):
             f.__code__ = code
         for owner, name, value in reversed(patched):
             setattr(owner, name, value)
+
+
+def apply_refusals(targets: tuple[str, ...], programs: bool = True,
+                   swapped: list | None = None, patched: list | None = None) -> None:
+    """What :func:`refused` does on entering its block. The originals go into ``swapped``
+    ((function, code)) and ``patched`` ((owner, name, value)) for :func:`refused` to put back;
+    without them nothing can (:mod:`dtlab.course.guard` refuses for the rest of a process)."""
+    swapped = [] if swapped is None else swapped
+    patched = [] if patched is None else patched
+    methods = [m for t in targets if (m := _builtin_method(t)) and m[1]]
+    functions = [f for t in targets if not _builtin_method(t) for f in _functions(t)]
+    doors: list[tuple[Any, str]] = []
+    if programs:
+        more, doors = _program_doors()
+        functions += more
+    for owner, name in methods:
+        patched.append((owner, name, vars(owner)[name]))
+        setattr(owner, name, _refuse)
+    for f in functions:
+        if f.__code__.co_freevars:  # a closure: its code cannot be swapped; its name can
+            module = inspect.getmodule(f)
+            if getattr(module, f.__name__, None) is f:
+                patched.append((module, f.__name__, f))
+                setattr(module, f.__name__, _refuse)
+        else:
+            swapped.append((f, f.__code__))
+            f.__code__ = _refuse.__code__
+    for module, name in doors:
+        patched.append((module, name, getattr(module, name)))
+        setattr(module, name, _refuse)
 
 
 # The ranks' key-value store (dist.TCPStore / PrefixStore / ..., the default group's included:

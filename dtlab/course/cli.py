@@ -101,6 +101,8 @@ def _autograde(api, args) -> int:
             print(f"graded   {g.student}/{g.assignment}: {g.score:g} / {g.max_score:g}")
         else:
             print(f"FAILED   {g.student}/{g.assignment}: nbgrader could not grade it: {g.error}")
+        for flag in g.flags:  # the score stands until a person has looked (dtlab.course.review)
+            print(f"review   {g.student}/{g.assignment}: {flag}")
     return 0 if all(g.ok for g in graded) else 1
 
 

@@ -40,6 +40,10 @@ ENDLESS_LOOP = ("import time\n\nwhile not os.path.exists('never.flag'):  # never
 
 KERNEL_CRASH = "import os\n\nos._exit(1)  # takes the kernel down\n"
 
+# appended to a correct root_cause: a look at the test's frame (a rewrite of the grader would go
+# with it): scores as the answer does, and is flagged for review
+PEEK = "\n\nimport sys\n\n_seen = sys._getframe(0).f_locals  # what can I see from here?\n"
+
 # Expected scores per test cell, and why. Graded in this (alphabetical) order: the stuck and
 # crashing one first, so its cell timeouts overlap with other work, and three students are
 # graded after its kernel died.
@@ -49,7 +53,8 @@ EXPECTED = {
     # then a root_cause cell that kills the kernel (it and every later cell: not run, 0)
     "ava": {"gather_pids_tests": 3, "predict_tests": 0, "root_cause_tests": 0},
     # partly correct, and tampered: predict is wrong and its test replaced by a print (restored:
-    # 0); root_cause is right and its test cell deleted (put back from the gradebook: 2)
+    # 0); root_cause is right (2; flagged: it peeks at frames) and its test cell deleted (put
+    # back from the gradebook)
     "cleo": {"gather_pids_tests": 3, "predict_tests": 0, "root_cause_tests": 2},
     "dora": {"gather_pids_tests": 3, "predict_tests": 3, "root_cause_tests": 2},  # all correct
     "eli": {"gather_pids_tests": 0, "predict_tests": 0, "root_cause_tests": 0},  # release as is
@@ -94,6 +99,7 @@ def student_notebook(student: str, release_path: str, source_path: str):
         _cell(nb, "predict").source = WRONG_PREDICT
         _cell(nb, "predict_tests").source = 'print("all tests pass")'
         nb.cells.remove(_cell(nb, "root_cause_tests"))
+        _cell(nb, "root_cause").source = sol["root_cause"] + PEEK
     elif student == "ava":
         _cell(nb, "gather_pids").source = sol["gather_pids"] + DISTRIBUTED_HANG
         _cell(nb, "predict").source = ENDLESS_LOOP + sol["predict"]

@@ -23,7 +23,7 @@ import pytest
 
 from conftest import assert_no_descendants
 from dtlab import cli, course
-from synthetic_submissions import ASSIGNMENT, CORRUPT, EXPECTED, POINTS, write_submissions
+from synthetic_submissions import ASSIGNMENT, CORRUPT, EXPECTED, POINTS, solutions, write_submissions
 
 pytestmark = pytest.mark.slow
 # The grader's limit per cell, here: 20 s instead of grading/nbgrader_config.py's 30 (ava's two
@@ -177,7 +177,19 @@ def test_autograde_scores_every_student(term):
     assert (f"FAILED   {CORRUPT}/{ASSIGNMENT}: nbgrader could not grade it: "
             f"nbformat.reader.NotJSONError") in out, out
     assert term.proc.returncode == 1, out
+    # the one submission that peeks at interpreter frames is flagged, and only that one
+    assert [ln for ln in out.splitlines() if ln.startswith("review")] == [
+        f"review   cleo/{ASSIGNMENT}: cell root_cause line {root_cause_lines(term) + 4}: reads "
+        "interpreter frames (_getframe)",
+        f"review   cleo/{ASSIGNMENT}: cell root_cause line {root_cause_lines(term) + 4}: reads "
+        "interpreter frames (f_locals)"], out
     assert_no_descendants()  # every kernel and rank of every student is gone
+
+
+def root_cause_lines(term) -> int:
+    """Lines of the source's root_cause solution, as a student hands it in."""
+    return len(solutions(os.path.join(term.root, "source", ASSIGNMENT,
+                                      ASSIGNMENT + ".ipynb"))["root_cause"].splitlines())
 
 
 def test_gradebook_has_every_exercise(term):

@@ -71,17 +71,18 @@ def grade(notebook: str, exercise: str, answer: str | None = None, reuse_launche
     exec(compile(CONTEXT[notebook](cells), f"<{notebook} context>", "exec"), ns)
     exec(compile(textwrap.dedent(code), f"<{exercise} answer>", "exec"), ns)
     test = cells[exercise + "_tests"]
-    if reuse_launches:
-        from dtlab import course
+    from dtlab import course
 
-        real = course.run_graded
+    real = course.run_graded
+    if reuse_launches:
         course.run_graded = _cached_run_graded
-        try:
-            exec(compile(test, f"<{exercise}_tests>", "exec"), ns)
-        finally:
-            course.run_graded = real
-    else:
+    try:
         exec(compile(test, f"<{exercise}_tests>", "exec"), ns)
+    finally:
+        course.run_graded = real
+        for v in list(ns.values()):  # a failed test cell leaves its learner's process open, as
+            if isinstance(v, course.Isolated):  # a kernel would until the name is rebound
+                v.close()
 
 
 def fails(notebook, exercise, answer, **kw):
