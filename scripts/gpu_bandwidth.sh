@@ -42,7 +42,7 @@ NCCL_HOME=$($PY -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__
   || $PY -c 'import nvidia.nccl; print(list(nvidia.nccl.__path__)[0])')
 [ -e "$NCCL_HOME/lib/libnccl.so" ] || ln -s libnccl.so.2 "$NCCL_HOME/lib/libnccl.so"
 export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} LD_LIBRARY_PATH="$NCCL_HOME/lib:${LD_LIBRARY_PATH:-}"
-step build 240 make -C "$SRC" -j 16 MPI=0 NCCL_HOME="$NCCL_HOME" CUDA_HOME="$CUDA_HOME" \
+[ -x "$SRC/build/sendrecv_perf" ] || step build 240 make -C "$SRC" -j 16 MPI=0 NCCL_HOME="$NCCL_HOME" CUDA_HOME="$CUDA_HOME" \
   NVCC_GENCODE="-gencode=arch=compute_90,code=sm_90"
 NT="$SRC/build"
 for op in all_reduce sendrecv; do
