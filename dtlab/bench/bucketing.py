@@ -25,6 +25,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
+from .engine import quiet_env
 from .formulas import busbw, parse_size
 
 if TYPE_CHECKING:
@@ -60,7 +61,7 @@ def bucketing(total="1G", buckets=("1G", "4M", "256K"), nprocs: int | None = 2,
     if iters < 1 or warmup < 0:
         raise ValueError("iters must be >= 1 and warmup >= 0.")
     res = run(_rank_bucketing, tot, sizes, iters, warmup, nprocs=nprocs, backend=backend,
-              timeout=timeout)
+              env=quiet_env(), timeout=timeout)
     n = len(res.values)
     rows = [{"bucket_bytes": b, "n_buckets": tot // b, "time_us": sec * 1e6,
              "per_call_us": sec * 1e6 / (tot // b), "busbw": busbw("all_reduce", tot, sec, n)}

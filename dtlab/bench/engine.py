@@ -87,7 +87,8 @@ def sweep(op: str | Sequence[str] = "all_reduce", min_bytes: int | str = 8,
     check (N/A). ``env``: the ranks' environment (e.g. ``{"NCCL_PROTO": "Simple"}``; NCCL reads
     it when ranks start, so not with ``pool=``). ``graph=True`` captures each size's timed loop
     in a CUDA graph and times its replay (:mod:`dtlab.bench.graph`; NCCL on GPUs only, else
-    ValueError before anything starts). ``_inject`` is a test hook: ``{"corrupt": k}`` damages k elements of rank 0's
+    ValueError before anything starts). Flight Recorder is off in the sweep's ranks
+    (:func:`quiet_env`); a pool's ranks keep what they started with. ``_inject`` is a test hook: ``{"corrupt": k}`` damages k elements of rank 0's
     result before the check, ``{"unsupported": [op]}`` makes ``op`` fail as a backend without it.
 
     >>> df = sweep("all_reduce", 8, "1M", nprocs=2, backend="gloo")   # doctest: +SKIP
@@ -119,13 +120,29 @@ def sweep(op: str | Sequence[str] = "all_reduce", min_bytes: int | str = 8,
     else:
         from ..runtime import run
 
-        res = run(run_sweep, cfg, nprocs=nprocs, backend=backend, timeout=timeout, env=env)
+        res = run(run_sweep, cfg, nprocs=nprocs, backend=backend, timeout=timeout,
+                  env={**quiet_env(), **(env or {})})
     df = result_frame(res.values[0], cfg)
     if progress:
         extra = "".join(f"; {o}: {', '.join(_COLUMN_NAMES[g] for g in why)} unsupported"
                         for o, why in df.attrs["unsupported"].items())
         print(f"dtlab.bench: {len(df)} rows in {time.monotonic() - t0:.1f} s{extra}", flush=True)
     return df
+
+
+# What every dtlab launch turns on for the post-mortem and a benchmark does not need: Flight
+# Recorder records each collective with its Python stack, ~+25 us of host time per eager
+# all_reduce on 2x H200 (torch 2.11; BENCHMARKS.md). Off in the ranks of a sweep, unless this
+# shell set it.
+def quiet_env() -> dict[str, str]:
+    """The ranks' environment for a measurement: Flight Recorder off where the user left it
+    (torch 2.11 reads TORCH_FR_BUFFER_SIZE and warns about the older name)."""
+    from ..runtime.evidence import _torch_at_least
+
+    names = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")
+    if any(k in os.environ for k in names):
+        return {}
+    return {names[0] if _torch_at_least(2, 11) else names[1]: "0"}
 
 
 def make_config(op, min_bytes, max_bytes, factor=2, iters=20, warmup=5, dtype="float32",

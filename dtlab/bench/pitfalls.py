@@ -33,6 +33,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
+from .engine import quiet_env
 from .formulas import canonical_op, parse_size
 
 if TYPE_CHECKING:
@@ -58,7 +59,8 @@ def timing_pitfalls(op: str = "all_reduce", size="1K", nprocs: int | None = 2,
         raise ValueError(f"op={op!r}: timing_pitfalls times all_reduce, broadcast or sendrecv.")
     if cfg["iters"] < 2 or cfg["size"] < 4:
         raise ValueError("iters must be >= 2 and size >= 4 bytes (one float32).")
-    res = run(_rank_pitfalls, cfg, nprocs=nprocs, backend=backend, timeout=timeout)
+    res = run(_rank_pitfalls, cfg, nprocs=nprocs, backend=backend, env=quiet_env(),
+              timeout=timeout)
     rows = res.values[0]
     df = pd.DataFrame(rows, columns=["method", "rank", "time_us", "spread_us", "note"])
     df.attrs.update(op=cfg["op"], size=cfg["size"], iters=cfg["iters"],

@@ -30,9 +30,11 @@ from .numerics import sum_error_bound
 SENTINEL = -7  # every output buffer starts here: an element nobody wrote shows up as -7
 
 # how torch and its backends say "I cannot do that" (gloo, nccl, torch's own argument checks):
-# such a call is *unsupported*, neither passed nor failed
+# such a call is *unsupported*, neither passed nor failed. NCCL refuses a non-contiguous tensor
+# ("ValueError: Tensors must be contiguous", torch 2.11 on 2x H200) where gloo may take it.
 UNSUPPORTED = re.compile(r"support|not implemented|unimplemented|Cannot use ReduceOp|"
-                         r"invalid .*(dtype|type)|invalid tensor size|no kernel", re.I)
+                         r"invalid .*(dtype|type)|invalid tensor size|no kernel|"
+                         r"must be contiguous", re.I)
 
 
 def block(size: int) -> int:

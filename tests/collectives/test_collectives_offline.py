@@ -139,3 +139,16 @@ def test_bad_arguments_refused_before_launch():
         collectives.validate("sendrecv", impl=lambda *a: None)
     with pytest.raises(ValueError, match="dtypes"):
         collectives.validate("all_reduce", dtypes=["complex64"])
+
+
+@pytest.mark.parametrize("text, unsupported", [
+    # NCCL's refusal of a non-contiguous tensor, as torch 2.11 raised it on 2x H200
+    ("ValueError: Tensors must be contiguous", True),
+    ("RuntimeError: ProcessGroupGloo does not support reduce_scatter", True),
+    ("AssertionError: rank 1 holds 3 where 5 was expected", False),  # a wrong answer fails
+    ("RuntimeError: Connection closed by peer", False),
+])
+def test_a_backend_refusal_is_unsupported_not_a_failure(text, unsupported):
+    from dtlab.collectives.values import UNSUPPORTED
+
+    assert bool(UNSUPPORTED.search(text)) is unsupported
