@@ -121,7 +121,7 @@ def sweep(op: str | Sequence[str] = "all_reduce", min_bytes: int | str = 8,
         from ..runtime import run
 
         res = run(run_sweep, cfg, nprocs=nprocs, backend=backend, timeout=timeout,
-                  env={**quiet_env(), **(env or {})})
+                  env={**quiet_env(graph), **(env or {})})
     df = result_frame(res.values[0], cfg)
     if progress:
         extra = "".join(f"; {o}: {', '.join(_COLUMN_NAMES[g] for g in why)} unsupported"
@@ -134,15 +134,22 @@ def sweep(op: str | Sequence[str] = "all_reduce", min_bytes: int | str = 8,
 # Recorder records each collective with its Python stack, ~+25 us of host time per eager
 # all_reduce on 2x H200 (torch 2.11; BENCHMARKS.md). Off in the ranks of a sweep, unless this
 # shell set it.
-def quiet_env() -> dict[str, str]:
-    """The ranks' environment for a measurement: Flight Recorder off where the user left it
-    (torch 2.11 reads TORCH_FR_BUFFER_SIZE and warns about the older name)."""
+def quiet_env(graph: bool = False) -> dict[str, str]:
+    """The ranks' environment for a measurement, where the user left these unset: Flight
+    Recorder off (torch 2.11 reads TORCH_FR_BUFFER_SIZE and warns about the older name); with
+    ``graph``, NCCL_GRAPH_MIXING_SUPPORT=0 -- NCCL's support for graph launches mixed with
+    outstanding eager calls on one communicator, which a benchmark never has, cost a captured
+    8 B all_reduce 18.6 us a call instead of 4.6 on 2x H200 (data/h200x2-bandwidth/
+    graph_variants.txt)."""
     from ..runtime.evidence import _torch_at_least
 
+    env = {}
     names = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")
-    if any(k in os.environ for k in names):
-        return {}
-    return {names[0] if _torch_at_least(2, 11) else names[1]: "0"}
+    if not any(k in os.environ for k in names):
+        env[names[0] if _torch_at_least(2, 11) else names[1]] = "0"
+    if graph and "NCCL_GRAPH_MIXING_SUPPORT" not in os.environ:
+        env["NCCL_GRAPH_MIXING_SUPPORT"] = "0"
+    return env
 
 
 def make_config(op, min_bytes, max_bytes, factor=2, iters=20, warmup=5, dtype="float32",
