@@ -21,8 +21,12 @@ Rank-side contract (runs inside a rank of :func:`dtlab.run`, NCCL backend only):
    ``destroy_process_group`` after a capture whose graph was still alive). Every step is
    bounded by the launch's ``timeout``: the supervisor stops a rank that outlives it.
 
-Not verified on this repository's CPU CI: the GPU tests (``pytest -m gpu tests/bench``) and
-``scripts/gpu_bandwidth.sh`` exercise it.
+The sweep's ranks run with NCCL_GRAPH_MIXING_SUPPORT=0 (:func:`dtlab.bench.engine.quiet_env`):
+NCCL's default support for graph launches beside outstanding eager calls on one communicator cost
+a captured 8 B all_reduce 18.6 us instead of 4.6 on 2x H200 (BENCHMARKS.md).
+
+Not run by this repository's CPU CI: the GPU tests (``pytest -m gpu tests/bench``, passed on 2x
+H200) and ``scripts/gpu_bandwidth.sh`` exercise it.
 
 >>> df = bench.sweep("all_reduce", 8, "64K", nprocs=2, graph=True)    # doctest: +SKIP
 """
