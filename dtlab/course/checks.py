@@ -152,6 +152,12 @@ def _builtin_method(target: str) -> tuple[Any, str | None] | None:
             continue
         for name in parts[cut:-1]:
             obj = getattr(obj, name, None)
+        if type(obj).__name__ == "_OpNamespace":  # torch.ops.c10d.allreduce_: ops resolve on
+            try:                                  # first use into the namespace's attributes
+                getattr(obj, parts[-1])
+            except AttributeError:
+                return (obj, None) if target.startswith("?") else None
+            return obj, parts[-1]
         if (inspect.isclass(obj) or inspect.ismodule(obj)) and parts[-1] in vars(obj):
             attr = vars(obj)[parts[-1]]
             if inspect.ismodule(obj) and not inspect.isbuiltin(attr):
@@ -314,12 +320,33 @@ _GROUP_CALLS = {
     "all_to_all": ["alltoall", "alltoall_base", "all_to_all_single"],
     "gather": ["gather"], "scatter": ["scatter"],
 }
+# ... and the dispatcher's ops beneath both, callable from Python as torch.ops.<namespace>.<op>
+_DISPATCHER_CALLS = {
+    "all_gather": ["c10d.allgather_", "c10d._allgather_base_", "c10d.allgather_coalesced_",
+                   "c10d.allgather_into_tensor_coalesced_",
+                   "_c10d_functional.all_gather_into_tensor",
+                   "_c10d_functional.all_gather_into_tensor_out",
+                   "_c10d_functional.all_gather_into_tensor_coalesced"],
+    "all_reduce": ["c10d.allreduce_", "c10d.allreduce_coalesced_", "_c10d_functional.all_reduce",
+                   "_c10d_functional.all_reduce_", "_c10d_functional.all_reduce_coalesced",
+                   "_c10d_functional.all_reduce_coalesced_"],
+    "reduce_scatter": ["c10d.reduce_scatter_", "c10d._reduce_scatter_base_",
+                       "c10d.reduce_scatter_tensor_coalesced_",
+                       "_c10d_functional.reduce_scatter_tensor",
+                       "_c10d_functional.reduce_scatter_tensor_out",
+                       "_c10d_functional.reduce_scatter_tensor_coalesced"],
+    "broadcast": ["c10d.broadcast_", "_c10d_functional.broadcast", "_c10d_functional.broadcast_"],
+    "reduce": ["c10d.reduce_"],
+    "all_to_all": ["c10d.alltoall_", "c10d.alltoall_base_", "_c10d_functional.all_to_all_single"],
+    "gather": ["c10d.gather_"], "scatter": ["c10d.scatter_"],
+}
 
 
 def torch_collectives(*ops: str) -> tuple[str, ...]:
     """:func:`refused` targets for torch.distributed's own ``ops`` (every collective when none is
     named; point-to-point ``send``/``recv`` never): the ``dist.*`` calls, their functional
-    versions, and the process group's methods beneath them.
+    versions, the process group's methods beneath them, and the dispatcher's ops
+    (``torch.ops.c10d.allgather_``, ``torch.ops._c10d_functional.*``).
 
     >>> from dtlab.course.checks import torch_collectives
     >>> "?torch.distributed.distributed_c10d.all_gather_into_tensor" in torch_collectives("all_gather")
@@ -330,6 +357,7 @@ def torch_collectives(*ops: str) -> tuple[str, ...]:
         out += [f"?torch.distributed.distributed_c10d.{n}" for n in _DIST_CALLS[op]]
         for owner in ("torch._C._distributed_c10d.ProcessGroup", "torch._C._distributed_c10d.Backend"):
             out += [f"?{owner}.{n}" for n in _GROUP_CALLS[op]]
+        out += [f"?torch.ops.{n}" for n in _DISPATCHER_CALLS[op]]
     if not ops or "all_gather" in ops or "all_reduce" in ops or "reduce_scatter" in ops:
         out.append("?torch.distributed._functional_collectives")
     return tuple(out)

@@ -588,3 +588,13 @@ def test_answer_that_only_looks_right_fails(case):
     fails(notebook, exercise, LOOKS_RIGHT[case],
           reuse_launches=notebook == "00_launch" and exercise != "gather_pids")
     assert_no_descendants()
+
+
+def test_01_ring_all_gather_through_the_dispatcher_fails():
+    """torch.ops.c10d.allgather_ is torch's all_gather one level down: refused like dist.*."""
+    fails("01_collectives", "ring_all_gather", '''
+def ring_all_gather(tensor_list, tensor, group=None, async_op=False):
+    ops = getattr(__import__("torch"), "ops")  # (torch.ops itself does not pickle)
+    pg = (group or dist.group.WORLD).boxed()
+    ops.c10d.allgather_([tensor_list], [tensor], pg, True, -1)[1].wait()
+''', reuse_launches=False)
