@@ -19,7 +19,9 @@ steps of the tiny classifier: max |diff| ~1e-16 (float64), ~1e-7 (float32); the 
 below leave ~100x room, and every bug in :data:`BUGS` that breaks parity misses them by > 1e-4.
 NCCL's ring/tree reductions add other orders, not larger errors; TF32 is off for float32.
 bfloat16 (FSDP2's MixedPrecisionPolicy, params in bf16, reduce in fp32) keeps 8 bits of
-mantissa: each step's update is off by ~4e-3 relative, so its tolerance is loose by nature.
+mantissa (~4e-3 relative per rounding); measured on the 2-block transformer of
+:mod:`dtlab.parity.fsdp`, 4 steps on gloo: max |diff| ~2e-4 vs float32 DDP. Its tolerance is 1e-2:
+loose by nature, still under what the bugs above do to the tiny classifier (7e-2 to 4e-1).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ BUGS = ("none", "no_sampler", "no_set_epoch", "batchnorm", "sum_loss", "no_sync_
 # (dtype, backend) -> max |param diff| (and |loss diff|) that is still parity
 TOLERANCE = {("float64", "gloo"): 1e-12, ("float64", "nccl"): 1e-12,
              ("float32", "gloo"): 1e-5, ("float32", "nccl"): 1e-5,
-             ("bfloat16", "gloo"): 5e-2, ("bfloat16", "nccl"): 5e-2}
+             ("bfloat16", "gloo"): 1e-2, ("bfloat16", "nccl"): 1e-2}
 
 
 def tolerance(dtype: str, backend: str) -> float:
@@ -71,6 +73,7 @@ class Report:
     backend: str
     dtype: str
     seconds: float
+    memory: dict | None = None    # FSDP2 runs: bytes per rank, measured and predicted
 
     @classmethod
     def build(cls, bug, fixed, per_rank: list[dict], loss_single, snaps_single, nprocs, dtype,
@@ -96,6 +99,7 @@ class Report:
         if self.error:
             return f"{name}: DDP raised -- {self.error.splitlines()[0][:160]}"
         where = "" if self.parity else f", first off at step {self.first_divergent_step}"
+        comm = "reduce-scatters" if self.bug.startswith("fsdp") else "all-reduces"
         return (f"{name}: parity {self.parity} (max |diff| {self.max_abs_diff:.3g}, tolerance "
                 f"{self.tolerance:g} for {self.dtype} on {self.backend}{where}); "
-                f"{self.allreduce_calls} gradient all-reduces on rank 0")
+                f"{self.allreduce_calls} gradient {comm} on rank 0")
