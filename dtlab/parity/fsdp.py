@@ -88,7 +88,7 @@ def predict_memory(n_params: int, world: int, shard: tuple = ("params", "grads",
 
     >>> predict_memory(1_000_000, 4, optim_states=2)["total"]
     4000000.0
-    >>> predict_memory(1_000_000, 4, shard=())["total"]
+    >>> predict_memory(1_000_000, 4, shard=(), optim_states=2)["total"]   # Adam, replicated
     16000000
     """
     def part(name, nbytes):
