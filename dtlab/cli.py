@@ -268,6 +268,40 @@ def _diagnose(args) -> int:
     return diagnose_main(args.dir, as_json=args.json)
 
 
+def _parity(args) -> int:
+    import json
+
+    from .parity import compare
+    from .parity.fsdp import fsdp_vs_ddp
+    from .parity.report import check_args
+    from .runtime.plan import resolve
+
+    with arguments({"bug": "--bug", "nprocs": "--nprocs", "steps": "--steps",
+                    "dtype": "--dtype", "backend": "--backend"}):
+        check_args(args.bug, args.nprocs, args.steps, args.dtype)
+        if args.fsdp and (args.bug != "none" or args.fix):
+            raise ValueError("--fsdp compares FSDP2 with DDP and takes no --bug/--fix.")
+        resolve(args.nprocs, args.backend)
+    reports = (fsdp_vs_ddp(nprocs=args.nprocs, backend=args.backend, steps=args.steps)
+               if args.fsdp else [compare(args.bug, args.fix, nprocs=args.nprocs,
+                                          backend=args.backend, steps=args.steps,
+                                          dtype=args.dtype)])
+    if args.json:
+        out = [r.to_json() for r in reports]
+        print(json.dumps(out if args.fsdp else out[0], indent=1))
+    else:
+        print("\n".join(map(str, reports)))
+    return 0
+
+
+def _multinode(args) -> int:
+    from .multinode import cli as multinode_cli
+
+    with arguments():
+        multinode_cli.check(args)
+    return multinode_cli.run(args)
+
+
 def _course(args) -> int:
     from .course import cli as course_cli
 
@@ -386,6 +420,25 @@ def build_parser() -> argparse.ArgumentParser:
     dgn.add_argument("dir", help="the folder to read (any mix of evidence files)")
     dgn.add_argument("--json", action="store_true", help="machine-readable verdict")
     dgn.set_defaults(func=_diagnose)
+    par = sub.add_parser("parity", help="does DDP (or FSDP2) train like one process? a classic "
+                         "bug and its fix, compared step by step (dtlab.parity)")
+    par.add_argument("--bug", default="none", help="none, no_sampler, no_set_epoch, batchnorm, "
+                     "sum_loss, no_sync_missing, unused_param (default none)")
+    par.add_argument("--fix", action="store_true", help="run the bug's fix instead")
+    par.add_argument("--nprocs", type=int, default=2, help="ranks (default 2)")
+    par.add_argument("--backend", default="auto", help="auto, nccl or gloo")
+    par.add_argument("--fsdp", action="store_true", help="FSDP2 (fully_shard) vs DDP instead")
+    par.add_argument("--steps", type=int, default=8, help="training steps (default 8)")
+    par.add_argument("--dtype", default="float64", help="float64 or float32 (DDP runs)")
+    par.add_argument("--json", action="store_true", help="machine-readable output")
+    par.set_defaults(func=_parity)
+    mn = sub.add_parser("multinode", help="multi-node launches: torchrun/sbatch lines for a "
+                        "cluster, a rehearsal on this machine in network namespaces, faults "
+                        "and their diagnosis (dtlab.multinode)")
+    from .multinode.cli import add_arguments as add_multinode_arguments
+
+    add_multinode_arguments(mn)
+    mn.set_defaults(func=_multinode)
     c = sub.add_parser("course", help="the nbgrader course: release, validate, autograde, "
                        "feedback, report (dtlab.course)")
     from .course.cli import add_arguments as add_course_arguments
