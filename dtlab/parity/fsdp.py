@@ -118,7 +118,15 @@ def _batch(step: int, rank: int, world: int, dev):
     return tokens[:, :-1].to(dev), tokens[:, 1:].to(dev)
 
 
-def _train(model, steps, rank, world, dev, rs_counter=None):
+def _allocated(dev) -> int | None:
+    """CUDA bytes allocated now (None on CPU, where the local tensors are the measurement)."""
+    if dev.type != "cuda":
+        return None
+    torch.cuda.synchronize(dev)
+    return torch.cuda.memory_allocated(dev)
+
+
+def _train(model, steps, rank, world, dev, base=None):
     opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
     losses, snaps = [], []
     for step in range(steps):
@@ -131,7 +139,10 @@ def _train(model, steps, rank, world, dev, rs_counter=None):
         full = [p.full_tensor() if hasattr(p, "full_tensor") else p for p in model.parameters()]
         snap = torch.cat([p.detach().double().flatten().cpu() for p in full])
         snaps.append(snap if rank == 0 else None)
-    return losses, snaps, _local_bytes(model, opt)
+    held = _local_bytes(model, opt)
+    if base is not None:   # GPU: the allocator's view, incl. DDP buckets / FSDP2 buffers kept
+        held["cuda_allocated"] = _allocated(dev) - base
+    return losses, snaps, held
 
 
 def _counting_reduce_scatter(counter: dict):
@@ -156,8 +167,9 @@ def rank_side(steps: int, settings: list[str]) -> dict:
 
     rank, world, dev = dist.get_rank(), dist.get_world_size(), device()
     torch.manual_seed(0)
+    base = _allocated(dev)
     ddp = DDP(TinyTransformer().to(dev))
-    out = {"ddp": _train(ddp, steps, rank, world, dev), "backend": dist.get_backend(),
+    out = {"ddp": _train(ddp, steps, rank, world, dev, base), "backend": dist.get_backend(),
            "n_params": sum(p.numel() for p in ddp.parameters())}
     for name in settings:
         kw = dict(SETTINGS[name][0])
@@ -165,13 +177,14 @@ def rank_side(steps: int, settings: list[str]) -> dict:
             kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16,
                                                    reduce_dtype=torch.float32)
         torch.manual_seed(0)
+        base = _allocated(dev)
         model = TinyTransformer().to(dev)
         counter = {"calls": 0}
         for m in [*model.blocks, model]:   # one unit per block, the rest in the root
             fully_shard(m, **kw)
             m.set_custom_reduce_scatter(_counting_reduce_scatter(counter))
         t0 = time.perf_counter()
-        out[name] = (*_train(model, steps, rank, world, dev), counter["calls"],
+        out[name] = (*_train(model, steps, rank, world, dev, base), counter["calls"],
                      time.perf_counter() - t0)
     return out
 
