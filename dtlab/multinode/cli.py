@@ -1,0 +1,79 @@
+"""``dtlab multinode script|simulate``: the section's terminal commands (dtlab/cli.py calls in).
+
+Bad input is a ValueError raised inside the caller's ``arguments()`` block, before anything is
+made: one line on stderr, exit status 2.
+
+    dtlab multinode script --nodes 2 --gpus-per-node 8 [--slurm] [--entry CMD] [--master ADDR]
+    sudo dtlab multinode simulate --nodes 2 --procs-per-node 2 [--mode netns] [--fault NAME] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from .faults import FAULTS
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="multinode_command", metavar="script|simulate", required=True)
+    s = sub.add_parser("script", help="torchrun lines per node, or an sbatch script")
+    s.add_argument("--nodes", type=int, required=True, help="nodes (hosts)")
+    s.add_argument("--gpus-per-node", type=int, required=True, help="ranks per node")
+    s.add_argument("--slurm", action="store_true", help="an sbatch script (srun + torchrun)")
+    s.add_argument("--entry", default="-m dtlab.multinode.check",
+                   help="what torchrun runs (default: -m dtlab.multinode.check)")
+    s.add_argument("--master", default="$MASTER_ADDR", help="node 0's address (torchrun lines)")
+    s.add_argument("--port", type=int, default=29400, help="rendezvous port (default 29400)")
+    s.add_argument("--ifname", help="GLOO/NCCL_SOCKET_IFNAME, the NIC between nodes")
+    s.add_argument("--json", action="store_true", help="{lines} or {sbatch} as JSON")
+    m = sub.add_parser("simulate", help="rehearse a multi-node launch on this machine: one "
+                       "torchrun agent per simulated node, each in its own network namespace")
+    m.add_argument("--nodes", type=int, default=2, help="simulated nodes (default 2)")
+    m.add_argument("--procs-per-node", type=int, default=2, help="ranks per node (default 2)")
+    m.add_argument("--mode", default="auto", help="netns (root), localhost, or auto (default)")
+    m.add_argument("--fault", help="break it on purpose: " + ", ".join(FAULTS))
+    m.add_argument("--join-timeout", type=float, default=15,
+                   help="rendezvous join and store timeout, s (default 15)")
+    m.add_argument("--pg-timeout", type=float, default=20,
+                   help="process-group timeout in the ranks, s (default 20)")
+    m.add_argument("--json", action="store_true", help="machine-readable report")
+
+
+def check(args) -> None:
+    """Raises ValueError for bad arguments (the caller's ``arguments()`` turns it into one line)."""
+    if args.multinode_command == "script":
+        from .script import check_args
+
+        check_args(args.nodes, args.gpus_per_node, args.entry, args.port)
+    else:
+        from .simulate import check_args
+
+        check_args(args.nodes, args.procs_per_node, args.mode, args.fault, args.join_timeout,
+                   args.pg_timeout)
+
+
+def run(args) -> int:
+    if args.multinode_command == "script":
+        from .script import sbatch, torchrun_lines
+
+        if args.slurm:
+            text = sbatch(args.nodes, args.gpus_per_node, args.entry, args.port, args.ifname)
+            print(json.dumps({"sbatch": text}) if args.json else text, end="" if not args.json else "\n")
+        else:
+            lines = torchrun_lines(args.nodes, args.gpus_per_node, args.entry, args.master,
+                                   args.port, args.ifname)
+            if args.json:
+                print(json.dumps({"lines": lines}))
+            else:
+                for i, line in enumerate(lines):
+                    print(f"# node {i}\n{line}")
+        return 0
+    from .simulate import render, simulate
+
+    res = simulate(args.nodes, args.procs_per_node, args.mode, args.fault, args.join_timeout,
+                   args.pg_timeout)
+    print(json.dumps(res, indent=1) if args.json else render(res))
+    if args.fault:
+        return 0 if res["diagnosis"]["failure_class"] != "launch_failed" else 1
+    return 0 if res["ok"] else 1

@@ -1,0 +1,197 @@
+"""What went wrong in a multi-node launch, from what an engineer has: each node's torchrun console,
+the launch lines, each host's addresses and ``tc qdisc show``, and the check's report.
+
+Contract: :func:`diagnose` returns ``{failure_class, summary, evidence}`` (evidence: ``{file,
+kind, finding}`` items, as :mod:`dtlab.hang.diagnose` writes them), first rule that fires:
+
+=================  ==========================================================================
+wrong_ifname       a rank says it cannot find the socket interface (gloo's "Unable to find
+                   address for: X", NCCL's "no socket interface found")
+wrong_master_addr  a node's store connects fail with "No route to host", or time out towards
+                   an address no node has
+wrong_port         connects to a node's address are refused (errno 111; seen with
+                   TORCH_CPP_LOG_LEVEL=INFO + TORCH_DISTRIBUTED_DEBUG=DETAIL) and the port
+                   differs from the one the hosting node was given
+blocked_port       connects to the hosting node's own address and port time out, never refused:
+                   something drops the packets (a closed port would refuse)
+missing_node       the hosting agent's rendezvous timed out and a node left no console at all
+slow_link          the run worked, and a tc rate limit on a node's link, or one node pair much
+                   slower than the others, explains the across-node bandwidth (alpha-beta:
+                   t(S) = alpha + S / rate)
+world_incomplete   the check ran but ranks are missing or duplicated
+no_failure         the check ran and the world is whole
+launch_failed      anything else (the last error line of each failed node is the evidence)
+=================  ==========================================================================
+
+Only the launch lines tell which address and port each node dialled and which node hosts; the
+rest is read from the consoles, so the same function reads a real cluster's logs.
+"""
+
+from __future__ import annotations
+
+import re
+
+_IFNAME = re.compile(r"Unable to find address for: (\S+)|no socket interface found|"
+                     r"Bootstrap : no socket interface")
+_CONNECT_TO = re.compile(r"connect(?:ing)? to (?:any network address of )?\(([^,]+), (\d+)\)")
+_NO_ROUTE = re.compile(r"errno: 113 - No route to host|Host is unreachable")
+_REFUSED = re.compile(r"errno: 111 - Connection refused")
+_STORE_FAIL = re.compile(r"RendezvousConnectionError|TCP client failed to connect")
+_RDZV_TIMEOUT = re.compile(r"RendezvousTimeoutError")
+_TBF = re.compile(r"tbf .*?rate (\d+(?:\.\d+)?)([KMG]?)bit", re.I)
+
+
+def _line(text: str, pattern: re.Pattern) -> str | None:
+    for line in text.splitlines():
+        if pattern.search(line):
+            return line.strip()[:300]
+    return None
+
+
+def _endpoint(p: dict) -> tuple[str, int]:
+    host, _, port = p["endpoint"].rpartition(":")
+    return host, int(port)
+
+
+def diagnose(consoles: dict[str, str], codes: dict[str, int | None], report: dict | None,
+             plan: list[dict], qdiscs: dict[str, str] | None = None) -> dict:
+    """Name the failure (module docstring). ``plan``: one dict per node in launch order with
+    ``name``, ``address``, ``endpoint`` and ``start`` (the first node hosts the rendezvous)."""
+    ev: list[dict] = []
+
+    def note(file, kind, finding):
+        ev.append({"file": file, "kind": kind, "finding": finding})
+
+    def done(cls, summary):
+        return {"failure_class": cls, "summary": summary, "evidence": ev}
+
+    addresses = {p["address"] for p in plan}
+    host_addr, host_port = _endpoint(plan[0])
+    logs = {n: f"{n}.log" for n in consoles}
+
+    bad_if = {n: _line(t, _IFNAME) for n, t in consoles.items() if _IFNAME.search(t)}
+    if bad_if:
+        for n, line in bad_if.items():
+            note(logs[n], "console", line)
+        names = sorted(bad_if)
+        ifs = sorted({m.group(1) for t in (consoles[n] for n in names)
+                      for m in _IFNAME.finditer(t) if m.group(1)})
+        return done("wrong_ifname", f"the ranks of {', '.join(names)} could not find the socket "
+                    f"interface {', '.join(ifs) or '(named by GLOO/NCCL_SOCKET_IFNAME)'}: "
+                    f"rendezvous worked, creating the process group failed there, the other "
+                    f"nodes waited for them. Name an interface every node has (ip -br addr).")
+
+    failed_connect = {n: t for n, t in consoles.items() if _STORE_FAIL.search(t)}
+    if failed_connect:
+        for n, t in failed_connect.items():
+            targets = {(a, int(p)) for a, p in _CONNECT_TO.findall(t)}
+            target = sorted(targets)[0] if targets else None
+            for pat, kind in ((_NO_ROUTE, "no route"), (_REFUSED, "refused"), (_STORE_FAIL, "failed")):
+                line = _line(t, pat)
+                if line:
+                    note(logs[n], "console", line)
+                    break
+            tgt = f"{target[0]}:{target[1]}" if target else "the rendezvous endpoint"
+            if _NO_ROUTE.search(t) or (target and target[0] not in addresses):
+                note("launch", "addresses", f"nodes have {', '.join(sorted(addresses))}; "
+                     f"{n} dialled {tgt}")
+                return done("wrong_master_addr", f"{n} dialled the rendezvous at {tgt}, an "
+                            f"address no node has (no host answered): --rdzv-endpoint / "
+                            f"MASTER_ADDR must be the first node's address "
+                            f"({host_addr}:{host_port}).")
+            if _REFUSED.search(t) and target and target[1] != host_port:
+                note("launch", "endpoint", f"{plan[0]['name']} hosts the rendezvous on port "
+                     f"{host_port}; {n} dialled port {target[1]}")
+                return done("wrong_port", f"{n}'s connects to {tgt} were refused at once: the "
+                            f"host is right, nothing listens on that port -- the rendezvous is on "
+                            f"{host_addr}:{host_port}.")
+            if target == (host_addr, host_port) and not _REFUSED.search(t):
+                note("launch", "endpoint", f"{n} dialled {tgt}, the address and port "
+                     f"{plan[0]['name']} hosts the rendezvous on, and got no answer at all")
+                _note_host_timeout(consoles, plan, logs, note)
+                return done("blocked_port", f"{n}'s connects to {tgt} -- the right address and "
+                            f"port -- timed out without being refused: a firewall on the way or "
+                            f"on {plan[0]['name']} drops them (nft list ruleset / iptables -L).")
+            if _REFUSED.search(t):
+                return done("wrong_port", f"{n}'s connects to {tgt} were refused: nothing "
+                            f"listens there (is the first node's agent running?).")
+        return done("launch_failed", "the rendezvous store could not be reached: "
+                    + "; ".join(e["finding"] for e in ev))
+
+    silent = [p["name"] for p in plan if not consoles.get(p["name"], "").strip()]
+    host_timed_out = _RDZV_TIMEOUT.search(consoles.get(plan[0]["name"], ""))
+    if host_timed_out and silent:
+        _note_host_timeout(consoles, plan, logs, note)
+        for n in silent:
+            note(n, "console", "no output at all: its agent never ran")
+        return done("missing_node", f"the rendezvous waited for {len(plan)} nodes and closed "
+                    f"at join_timeout without {', '.join(silent)}: start torchrun on every "
+                    f"node (srun: one task per node), or lower --nnodes.")
+
+    if report is not None:
+        if not report.get("ok"):
+            probs = {k: report[k] for k in ("missing", "duplicate_ranks", "duplicate_gpus",
+                                            "bad_local_ranks") if report.get(k)}
+            note("report.json", "check", str(probs))
+            return done("world_incomplete", f"the check ran but the world is not whole: {probs}")
+        slow = _slow_link(report, qdiscs or {}, plan, note)
+        if slow:
+            return done("slow_link", slow)
+        note("report.json", "check", f"{report['ranks_present']} of {report['world_size']} ranks, "
+             f"within {report['bandwidth_GBps'].get('within')} GB/s, across "
+             f"{report['bandwidth_GBps'].get('across')} GB/s")
+        return done("no_failure", "every rank present, no duplicate, links as expected")
+
+    for n, t in consoles.items():
+        if codes.get(n) not in (0, None):
+            errs = [ln.strip() for ln in t.splitlines() if re.search(r"Error|error:", ln)]
+            note(f"{n}.log", "console", (errs[-1] if errs else f"exit {codes[n]}")[:300])
+    if host_timed_out:
+        return done("launch_failed", "the rendezvous timed out; see each node's last error")
+    return done("launch_failed", "the launch failed before the check reported; see each node's "
+                "last error")
+
+
+def _note_host_timeout(consoles, plan, logs, note) -> None:
+    line = _line(consoles.get(plan[0]["name"], ""), _RDZV_TIMEOUT)
+    if line:
+        note(logs[plan[0]["name"]], "console", f"the hosting agent: {line}")
+
+
+def _rate_Bps(value: str, unit: str) -> float:
+    return float(value) * {"": 1, "K": 1e3, "M": 1e6, "G": 1e9}[unit.upper()] / 8
+
+
+def _slow_link(report: dict, qdiscs: dict[str, str], plan: list[dict], note) -> str | None:
+    """A rate limit that explains the across-node bandwidth, by alpha-beta, or None."""
+    across = [m for m in report.get("pairs", []) if m["kind"] == "across"]
+    if not across:
+        return None
+    limited = {n: _TBF.search(q) for n, q in qdiscs.items() if _TBF.search(q)}
+    nbytes = report["bytes"]
+    if limited:
+        n, m = next(iter(limited.items()))
+        rate = _rate_Bps(m.group(1), m.group(2))
+        note(f"{n}: tc qdisc show", "qdisc", m.group(0))
+        worst = min(across, key=lambda p: p["bandwidth_GBps"])
+        alpha = worst["latency_us"] * 1e-6
+        # a two-rank ring all_reduce sends S bytes each way: t(S) = alpha + S / rate
+        predicted = nbytes / (alpha + nbytes / rate) / 1e9
+        within = report["bandwidth_GBps"].get("within")
+        note("report.json", "timing", f"across {worst['bandwidth_GBps']:.4f} GB/s measured, "
+             f"{predicted:.4f} GB/s predicted (alpha {alpha * 1e6:.0f} us + {nbytes} B / "
+             f"{rate / 1e6:.1f} MB/s)" + (f"; within a node {within:.4f} GB/s" if within else ""))
+        return (f"the link of {n} is rate-limited ({m.group(0)}): all_reduce across nodes runs at "
+                f"{worst['bandwidth_GBps']:.4f} GB/s, the alpha-beta model predicts "
+                f"{predicted:.4f} GB/s" + (f", {within / worst['bandwidth_GBps']:.0f}x slower "
+                                           f"than within a node" if within else ""))
+    if len(across) >= 3:
+        bws = sorted(p["bandwidth_GBps"] for p in across)
+        median = bws[len(bws) // 2]
+        slow = [p for p in across if p["bandwidth_GBps"] < median / 3]
+        if slow:
+            for p in slow:
+                note("report.json", "timing", f"nodes {p['nodes']}: {p['bandwidth_GBps']:.4f} "
+                     f"GB/s vs a median of {median:.4f} GB/s across nodes")
+            return f"{len(slow)} node pair(s) at under a third of the median across-node bandwidth"
+    return None

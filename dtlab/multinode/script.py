@@ -1,0 +1,86 @@
+"""``dtlab multinode script``: the launch lines for a real cluster, torchrun or sbatch.
+
+Contract: :func:`torchrun_lines` returns one shell line per node (``--nnodes --node-rank
+--nproc-per-node --rdzv-backend c10d --rdzv-endpoint``), to run on node i; :func:`sbatch` returns
+a batch script whose single ``srun`` starts one torchrun per node of the allocation, with
+MASTER_ADDR the allocation's first node. The entry defaults to ``-m dtlab.multinode.check``, so
+the first job on a new cluster proves the world is whole before any training::
+
+    dtlab multinode script --nodes 2 --gpus-per-node 8                  # one line per node
+    dtlab multinode script --nodes 4 --gpus-per-node 8 --slurm > job.sh && sbatch job.sh
+
+Why the sbatch script looks as it does: ``$SLURM_NODEID`` differs per node, so it is expanded
+by the shell *srun* starts on each node (single quotes), never by the batch shell, which runs
+on the first node only; ``--kill-on-bad-exit`` ends every node's torchrun when one fails
+instead of leaving the rest waiting out the rendezvous timeout.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+DEFAULT_ENTRY = "-m dtlab.multinode.check"
+PORT = 29400
+
+
+def check_args(nodes: int, gpus_per_node: int, entry: str, port: int) -> None:
+    if not 1 <= nodes <= 4096:
+        raise ValueError(f"--nodes {nodes}: give 1 to 4096 nodes.")
+    if not 1 <= gpus_per_node <= 64:
+        raise ValueError(f"--gpus-per-node {gpus_per_node}: give 1 to 64 (one rank per GPU).")
+    if not entry.strip():
+        raise ValueError("--entry is empty: give a script and its arguments, or -m module.")
+    if not 1 <= port <= 65535:
+        raise ValueError(f"--port {port}: give 1 to 65535.")
+    shlex.split(entry)  # unbalanced quotes: ValueError naming them
+
+
+def _torchrun(nodes: str, node_rank: str, gpus: int, endpoint: str, rdzv_id: str,
+              entry: str) -> str:
+    return (f"torchrun --nnodes {nodes} --node-rank {node_rank} --nproc-per-node {gpus} "
+            f"--rdzv-backend c10d --rdzv-endpoint {endpoint} --rdzv-id {rdzv_id} "
+            f"--max-restarts 0 {entry}")
+
+
+def _ifname_env(ifname: str | None) -> str:
+    return f"GLOO_SOCKET_IFNAME={ifname} NCCL_SOCKET_IFNAME={ifname} " if ifname else ""
+
+
+def torchrun_lines(nodes: int, gpus_per_node: int, entry: str = DEFAULT_ENTRY,
+                   master: str = "$MASTER_ADDR", port: int = PORT, ifname: str | None = None,
+                   rdzv_id: str = "dtlab") -> list[str]:
+    """One line per node; line i runs on node i (node 0's address is ``master``).
+
+    >>> torchrun_lines(2, 8, master="10.0.0.1")[1]  # doctest: +NORMALIZE_WHITESPACE
+    'NCCL_NVLS_ENABLE=0 torchrun --nnodes 2 --node-rank 1 --nproc-per-node 8 --rdzv-backend c10d
+     --rdzv-endpoint 10.0.0.1:29400 --rdzv-id dtlab --max-restarts 0 -m dtlab.multinode.check'
+    """
+    check_args(nodes, gpus_per_node, entry, port)
+    return [f"NCCL_NVLS_ENABLE=0 {_ifname_env(ifname)}"
+            + _torchrun(str(nodes), str(i), gpus_per_node, f"{master}:{port}", rdzv_id, entry)
+            for i in range(nodes)]
+
+
+def sbatch(nodes: int, gpus_per_node: int, entry: str = DEFAULT_ENTRY, port: int = PORT,
+           ifname: str | None = None, time_limit: str = "00:15:00") -> str:
+    """An sbatch script: one task per node, each running torchrun for that node's GPUs."""
+    check_args(nodes, gpus_per_node, entry, port)
+    inner = _torchrun('"$SLURM_NNODES"', '"$SLURM_NODEID"', gpus_per_node,
+                      '"$MASTER_ADDR:$MASTER_PORT"', '"$SLURM_JOB_ID"', entry)
+    exports = (f"export GLOO_SOCKET_IFNAME={ifname} NCCL_SOCKET_IFNAME={ifname}\n" if ifname else
+               "# export GLOO_SOCKET_IFNAME=... NCCL_SOCKET_IFNAME=...   # the NIC between "
+               "nodes, if not the first\n")
+    return f"""#!/bin/bash
+#SBATCH --job-name=dtlab
+#SBATCH --nodes={nodes}
+#SBATCH --ntasks-per-node=1
+#SBATCH --gpus-per-node={gpus_per_node}
+#SBATCH --time={time_limit}
+set -euo pipefail
+# the first node of the allocation hosts the c10d rendezvous
+MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
+export MASTER_ADDR MASTER_PORT={port}
+export NCCL_NVLS_ENABLE=0
+{exports}# single quotes: each node's shell expands its own $SLURM_NODEID
+srun --kill-on-bad-exit=1 bash -c {shlex.quote(inner)}
+"""

@@ -1,0 +1,232 @@
+"""``dtlab multinode simulate``: a multi-node torchrun launch rehearsed on one machine.
+
+Contract: :func:`simulate` starts one real torchrun agent per simulated node (c10d rendezvous,
+``--max-restarts 0``), each running ``python -m dtlab.multinode.check`` on its ranks, and
+returns the check's report with how the nodes were laid out, or -- when the launch fails or a
+``fault`` was injected -- the diagnosis of what the consoles say. Modes:
+
+* ``netns`` (root): each node in its own network namespace with its own address
+  (:class:`.netns.Network`), its own hostname (a UTS namespace), ``GLOO_SOCKET_IFNAME=eth0``;
+  the rendezvous endpoint is node 0's address, so a wrong address, a closed or filtered port and
+  a slow link behave as between hosts.
+* ``localhost``: every agent on 127.0.0.1 (``lo``); what needs separate hosts is refused.
+  ``auto`` picks netns when it can and says why not when it cannot.
+
+Bounded: the rendezvous join and store timeouts (``join_timeout``) and the process group's
+timeout (``pg_timeout``) end every fault; after the first agent fails the others get
+``grace`` seconds. Everything made -- namespaces, links, qdiscs, rules, processes -- is gone
+when it returns, raises, or is interrupted (SIGINT, SIGTERM)::
+
+    sudo dtlab multinode simulate --nodes 2 --procs-per-node 2 --json
+    sudo dtlab multinode simulate --fault missing_node
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+from ..runtime.agents import Agents
+from ..runtime.supervisor import make_run_dir
+from . import netns
+from .diagnose import diagnose
+from .faults import FAULTS, NEEDS_NETNS, RDZV_PORT, apply
+
+MODES = ("auto", "netns", "localhost")
+
+
+def check_args(nodes: int, procs_per_node: int, mode: str, fault: str | None,
+               join_timeout: float, pg_timeout: float) -> None:
+    """ValueError naming what is wrong, before anything is made."""
+    if not 1 <= nodes <= 16:
+        raise ValueError(f"--nodes {nodes}: give 1 to 16 simulated nodes.")
+    if not 1 <= procs_per_node <= 8 or nodes * procs_per_node > 32:
+        raise ValueError(f"--procs-per-node {procs_per_node}: give 1 to 8, at most 32 ranks in "
+                         f"all (each is a CPU process on this machine).")
+    if mode not in MODES:
+        raise ValueError(f"--mode {mode}: give one of {', '.join(MODES)}.")
+    if fault is not None and fault not in FAULTS:
+        raise ValueError(f"--fault {fault}: give one of {', '.join(FAULTS)}.")
+    if fault is not None and nodes < 2:
+        raise ValueError(f"--fault {fault} needs --nodes 2 or more (it breaks what lies "
+                         f"between nodes).")
+    if fault in NEEDS_NETNS and mode == "localhost":
+        raise ValueError(f"--fault {fault} needs separate network stacks: use --mode netns "
+                         f"(as root).")
+    if fault in NEEDS_NETNS and mode == "netns" and netns.available():
+        raise ValueError(f"--fault {fault}: {netns.available()}; run as root.")
+    for name, v in (("--join-timeout", join_timeout), ("--pg-timeout", pg_timeout)):
+        if not 2 <= v <= 600:
+            raise ValueError(f"{name} {v}: give 2 to 600 seconds.")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt():
+    """SIGTERM raises KeyboardInterrupt here, so the same cleanup runs as for Ctrl-C."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    old = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+def _agent_argv(n: int, i: int, ppn: int, endpoint: str, is_host: bool, join_timeout: float,
+                local_addr: str, out: str, check_args_: list[str]) -> list[str]:
+    t = int(join_timeout)
+    return [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(n),
+            "--node-rank", str(i), "--nproc-per-node", str(ppn), "--rdzv-backend", "c10d",
+            "--rdzv-endpoint", endpoint, "--rdzv-id", "dtlab-sim",
+            "--rdzv-conf", f"join_timeout={t},read_timeout={t},is_host={int(is_host)}",
+            "--local-addr", local_addr, "--max-restarts", "0", "--monitor-interval", "0.2",
+            "-m", "dtlab.multinode.check", "--out", out, *check_args_]
+
+
+def simulate(nodes: int = 2, procs_per_node: int = 2, mode: str = "auto",
+             fault: str | None = None, join_timeout: float = 15, pg_timeout: float = 20,
+             iters: int = 30, nbytes: int = 1 << 20, grace: float = 3.0) -> dict:
+    """Launch, wait, report, clean up (module docstring). Returns the JSON-ready report."""
+    check_args(nodes, procs_per_node, mode, fault, join_timeout, pg_timeout)
+    note = None
+    if mode == "auto":
+        why = netns.available()
+        mode = "localhost" if why else "netns"
+        note = f"network namespaces unavailable ({why}): every node on 127.0.0.1" if why else None
+    elif mode == "netns" and netns.available():
+        raise ValueError(f"--mode netns: {netns.available()}; use --mode localhost.")
+    t0 = time.monotonic()
+    run_dir = make_run_dir("dtlab-multinode-")
+    out = os.path.join(run_dir, "report.json")
+    net = netns.Network(nodes) if mode == "netns" else None
+    try:
+        with _sigterm_as_interrupt(), (net or contextlib.nullcontext()), Agents(run_dir) as ag:
+            addresses = net.addresses if net else ["127.0.0.1"] * nodes
+            port = RDZV_PORT if net else _free_port()
+            base_env = {**os.environ, "OMP_NUM_THREADS": "1", "NCCL_NVLS_ENABLE": "0",
+                        "PYTHONUNBUFFERED": "1"}
+            if fault and fault != "slow_link":  # connect attempts, refused or unanswered, logged
+                base_env.update(TORCH_CPP_LOG_LEVEL="INFO", TORCH_DISTRIBUTED_DEBUG="DETAIL")
+            ifname = netns.IFNAME if net else "lo"
+            plan = [{"name": f"node{i}", "address": addresses[i], "ifname": ifname,
+                     "endpoint": f"{addresses[0]}:{port}", "start": True} for i in range(nodes)]
+            injected = apply(fault, plan, net, port) if fault else None
+            launch = {}
+            check_extra = ["--timeout", str(pg_timeout), "--iters", str(iters), "--bytes", str(nbytes)]
+            for i, p in enumerate(plan):
+                argv = _agent_argv(nodes, i, procs_per_node, p["endpoint"], i == 0, join_timeout,
+                                   p["address"], out, check_extra)
+                env = {**base_env, "GLOO_SOCKET_IFNAME": p["ifname"],
+                       "NCCL_SOCKET_IFNAME": p["ifname"]}
+                launch[p["name"]] = (f"GLOO_SOCKET_IFNAME={p['ifname']} "
+                                     + " ".join(["torchrun", *argv[3:]]))
+                if not p["start"]:
+                    continue
+                if net:
+                    argv = [*net.exec_prefix(i), "unshare", "--uts", "sh", "-c",
+                            'hostname "$0" && exec "$@"', net.hostname(i), *argv]
+                ag.start(p["name"], argv, env)
+            codes = _wait(ag, join_timeout + pg_timeout + 30, grace)
+            consoles = {name: ag.output(name) for name in ag.procs}
+            qdiscs = _qdiscs(net) if net else {}
+    finally:
+        report = _read(out)
+        if not os.environ.get("DTLAB_KEEP_RUNS"):
+            shutil.rmtree(run_dir, ignore_errors=True)
+    diag = diagnose(consoles, codes, report, plan, qdiscs=qdiscs)
+    return _result(mode, note, fault, injected, nodes, procs_per_node, plan, launch, codes,
+                   report, diag, time.monotonic() - t0, ag)
+
+
+def _wait(ag: Agents, limit: float, grace: float) -> dict:
+    """Until every agent exits, ``grace`` s after the first failure, or ``limit`` s."""
+    deadline = time.monotonic() + limit
+    failed_at = None
+    while True:
+        codes = ag.poll()
+        if all(c is not None for c in codes.values()):
+            return codes
+        now = time.monotonic()
+        if failed_at is None and any(c not in (None, 0) for c in codes.values()):
+            failed_at = now
+        if now >= deadline or (failed_at is not None and now - failed_at >= grace):
+            return codes
+        time.sleep(0.1)
+
+
+def _qdiscs(net: netns.Network) -> dict[str, str]:
+    """`tc qdisc show` on each node's interface: evidence an engineer would gather per host."""
+    out = {}
+    for i, ns in enumerate(net.nodes):
+        r = subprocess.run(["tc", "-n", ns, "qdisc", "show", "dev", netns.IFNAME],
+                           capture_output=True, text=True, timeout=10)
+        out[f"node{i}"] = r.stdout.strip()
+    return out
+
+
+def _read(path: str) -> dict | None:
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def _result(mode, note, fault, injected, n, ppn, plan, launch, codes, report, diag, secs, ag) -> dict:
+    agent_pids = {p.pid: name for name, p in ag.procs.items()}
+    by_node: dict[str, list[int]] = {p["name"]: [] for p in plan}
+    for r in (report or {}).get("ranks", []):
+        name = agent_pids.get(r.get("agent_pid"))
+        if name:
+            by_node[name].append(r["rank"])
+    nodes_ = [{"name": p["name"], "address": p["address"], "ranks": sorted(by_node[p["name"]]),
+               "started": p["start"], "exit_code": codes.get(p["name"])} for p in plan]
+    rep = report or {}
+    return {"mode": mode, "note": note, "world_size": n * ppn,
+            "ranks_present": rep.get("ranks_present", 0), "ok": bool(rep.get("ok")) and not fault,
+            "nodes": nodes_, "latency_us": rep.get("latency_us"),
+            "bandwidth_GBps": rep.get("bandwidth_GBps"), "pairs": rep.get("pairs", []),
+            "problems": {k: rep[k] for k in ("missing", "duplicate_ranks", "duplicate_gpus",
+                                             "bad_local_ranks") if k in rep},
+            "fault": fault, "injected": injected, "diagnosis": diag, "launch": launch,
+            "seconds": round(secs, 1)}
+
+
+def render(res: dict) -> str:
+    lines = [f"mode: {res['mode']}" + (f" ({res['note']})" if res["note"] else "")]
+    if res["fault"]:
+        lines.append(f"fault: {res['fault']} -- {res['injected']}")
+    lines.append(f"ranks present: {res['ranks_present']} of {res['world_size']}")
+    for nd in res["nodes"]:
+        state = "never started" if not nd["started"] else f"exit {nd['exit_code']}"
+        lines.append(f"  {nd['name']:<6} {nd['address']:<15} ranks {nd['ranks']}  ({state})")
+    if res["latency_us"]:
+        for k in ("within", "across"):
+            lat, bw = res["latency_us"].get(k), res["bandwidth_GBps"].get(k)
+            if lat is not None:
+                lines.append(f"  {k:<6} node: latency {lat:8.1f} us   busbw {bw:8.4f} GB/s")
+    d = res["diagnosis"]
+    lines.append(f"diagnosis: {d['failure_class']} -- {d['summary']}")
+    for e in d["evidence"]:
+        lines.append(f"  [{e['file']}] {e['finding']}")
+    lines.append(f"({res['seconds']} s; everything it made is removed)")
+    return "\n".join(lines)
