@@ -91,6 +91,23 @@ def _sigterm_as_interrupt():
         signal.signal(signal.SIGTERM, old)
 
 
+def _gpus_of(node: int, per_node: int, nodes: int) -> dict[str, str]:
+    """CUDA_VISIBLE_DEVICES for one simulated node where this machine has a GPU for every rank
+    (node i gets GPUs i*P .. i*P+P-1, as a real node has its own): else nothing, and the ranks
+    run on gloo. A user's CUDA_VISIBLE_DEVICES is left alone."""
+    if "CUDA_VISIBLE_DEVICES" in os.environ:
+        return {}
+    try:
+        import torch
+
+        have = torch.cuda.device_count()
+    except Exception:  # no torch with CUDA here: CPU ranks
+        return {}
+    if have < nodes * per_node:
+        return {}
+    return {"CUDA_VISIBLE_DEVICES": ",".join(str(node * per_node + k) for k in range(per_node))}
+
+
 def _agent_argv(n: int, i: int, ppn: int, endpoint: str, is_host: bool, join_timeout: float,
                 local_addr: str, out: str, check_args_: list[str]) -> list[str]:
     t = int(join_timeout)
@@ -136,7 +153,7 @@ def simulate(nodes: int = 2, procs_per_node: int = 2, mode: str = "auto",
                 argv = _agent_argv(nodes, i, procs_per_node, p["endpoint"], i == 0, join_timeout,
                                    p["address"], out, check_extra)
                 env = {**base_env, "GLOO_SOCKET_IFNAME": p["ifname"],
-                       "NCCL_SOCKET_IFNAME": p["ifname"]}
+                       "NCCL_SOCKET_IFNAME": p["ifname"], **_gpus_of(i, procs_per_node, nodes)}
                 launch[p["name"]] = (f"GLOO_SOCKET_IFNAME={p['ifname']} "
                                      + " ".join(["torchrun", *argv[3:]]))
                 if not p["start"]:

@@ -88,3 +88,12 @@ def test_count_mismatch_is_found_at_the_third_call():
     div = d["divergence"]
     assert (div["position"], div["reason"], div["ranks"]) == (3, "count", [0, 1])
     assert (div["calls"][0]["count"], div["calls"][1]["count"]) == (16777216, 16777217)
+
+
+def test_two_simulated_nodes_talk_through_sockets():
+    """data/h200x2-multinode: dtlab multinode simulate, one GPU per node, P2P and SHM off."""
+    d = nl.parse(DATA / "h200x2-multinode").to_dict()
+    assert (d["nccl_version"], d["world_size"], d["network"]) == ("2.28.9", 2, "Socket")
+    assert (d["env"]["NCCL_P2P_DISABLE"], d["env"]["NCCL_SHM_DISABLE"]) == ("1", "1")
+    assert kinds(d) == {"NET/Socket"}
+    assert [p["rank"] for p in d["processes"]] == [0, 1]
