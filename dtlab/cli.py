@@ -308,6 +308,15 @@ def _course(args) -> int:
     return course_cli.run(args)
 
 
+def _capstone(args) -> int:
+    from .capstone import cli as capstone_cli
+
+    with arguments({"size": "--size", "steps": "--steps", "nprocs": "--nprocs",
+                    "backend": "--backend", "batch": "--batch", "seq": "--seq", "data": "--data"}):
+        capstone_cli.check(args)
+    return capstone_cli.run(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="dtlab", description="Distributed-training lab: tools and course.")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
@@ -445,6 +454,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_course_arguments(c)
     c.set_defaults(func=_course)
+    cap = sub.add_parser("capstone", help="section 08: train a small Llama with FSDP2 and "
+                         "measure it (dtlab.capstone)")
+    from .capstone.cli import add_arguments as add_capstone_arguments
+
+    add_capstone_arguments(cap)
+    cap.set_defaults(func=_capstone)
     return p
 
 

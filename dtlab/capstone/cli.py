@@ -1,0 +1,51 @@
+"""``dtlab capstone train``: the section's terminal command (dtlab/cli.py calls in).
+
+Bad input is a ValueError (or :class:`dtlab.LaunchError`) raised inside the caller's
+``arguments()`` block, before any rank starts: one line on stderr, exit status 2.
+
+    dtlab capstone train [--size tiny|small|1b] [--steps N] [--nprocs N] [--backend B] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="capstone_command", metavar="train", required=True)
+    t = sub.add_parser("train", help="train the Llama-style model with FSDP2; loss, step time, "
+                       "tokens/s, peak memory and MFU per rank")
+    t.add_argument("--size", default="tiny", help="tiny (CPU, seconds), small, 1b (GPUs); "
+                   "default tiny")
+    t.add_argument("--steps", type=int, default=30, help="training steps (default 30)")
+    t.add_argument("--nprocs", type=int, default=None,
+                   help="ranks (default: one per GPU, else 2)")
+    t.add_argument("--backend", default="auto", help="auto, nccl or gloo")
+    t.add_argument("--batch", type=int, default=None, help="sequences per rank per step "
+                   "(default: the size's)")
+    t.add_argument("--seq", type=int, default=None, help="tokens per sequence (default: the "
+                   "size's)")
+    t.add_argument("--data", default="text", help="text (stdlib sources as bytes, default) or "
+                   "random (uniform ids, as the benchmark)")
+    t.add_argument("--json", action="store_true", help="machine-readable summary on stdout")
+
+
+def check(args) -> None:
+    """Raises ValueError / LaunchError for bad arguments; starts nothing."""
+    from ..runtime.plan import resolve
+    from .train import check_args
+
+    check_args(args.size, args.steps, args.batch, args.seq)
+    if args.data not in ("text", "random"):
+        raise ValueError(f"data={args.data!r} is not one of: text, random.")
+    resolve(args.nprocs, args.backend)
+
+
+def run(args) -> int:
+    from .train import format_summary, train
+
+    summary = train(args.size, args.steps, args.nprocs, args.backend, args.batch, args.seq,
+                    args.data)
+    print(json.dumps(summary, indent=1) if args.json else format_summary(summary))
+    return 0

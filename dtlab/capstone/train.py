@@ -1,0 +1,189 @@
+"""Train the capstone's Llama with FSDP2 on N ranks and measure it: loss, step time, tokens/s,
+peak memory and MFU per rank.
+
+Contract: :func:`train` launches :func:`rank_train` through ``dtlab.run`` and returns a dict:
+``losses`` (the loss averaged over ranks, one per step), and per rank ``step_s`` (median seconds
+per step after the first ``WARMUP_STEPS``), ``tokens_per_s``, ``peak_bytes`` (CUDA
+``max_memory_allocated``; None on CPU), ``matmul_flops`` (bf16 matmul FLOP/s measured on that
+GPU in the same job; None on CPU) and ``mfu``. Bad arguments raise ValueError before anything
+starts. From a terminal::
+
+    dtlab capstone train --size tiny --steps 30 --nprocs 2 --backend gloo
+    dtlab capstone train --size 1b --steps 20 --json          # 2+ GPUs
+
+How the model is sharded (FSDP2, ``torch.distributed.fsdp.fully_shard``): one unit per decoder
+block, then the root (embedding, final norm, head), so each block's parameters are all-gathered
+just before it runs and freed after (ZeRO-3, Rajbhandari et al. 2020). On CUDA the policy is
+``MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32)``: compute in bf16, gradients
+reduce-scattered in fp32, AdamW steps fp32 shards. On CPU (gloo) everything is fp32.
+
+MFU (PaLM, Chowdhery et al. 2022) = ``flops_per_token x tokens/s per GPU / peak``, with
+``flops_per_token = 6N + 12 L d s`` (:func:`~dtlab.capstone.model.flops_per_token`) and
+``peak`` the rate of a large bf16 matmul timed on the same GPU just before training, not a
+datasheet number.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import sys
+import time
+
+from .model import CONFIGS
+
+WARMUP_STEPS = 2   # not timed: allocator growth, first all-gathers, kernel selection
+MATMUL_N = 8192
+
+
+def check_args(size: str, steps: int, batch: int | None = None, seq: int | None = None) -> None:
+    if size not in CONFIGS:
+        raise ValueError(f"size={size!r} is not one of: {', '.join(CONFIGS)}.")
+    for name, v in (("steps", steps), ("batch", batch), ("seq", seq)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+            raise ValueError(f"{name}={v!r} must be a whole number >= 1.")
+
+
+def matmul_flops(device, n: int = MATMUL_N, iters: int = 30) -> float | None:
+    """FLOP/s of an ``n x n`` bf16 matmul on this CUDA device (best of 3 timed runs); None on
+    CPU, where MFU is not reported."""
+    import torch
+
+    if device.type != "cuda":
+        return None
+    a = torch.randn(n, n, device=device, dtype=torch.bfloat16)
+    b = torch.randn(n, n, device=device, dtype=torch.bfloat16)
+    for _ in range(3):
+        a @ b
+    best = float("inf")
+    for _ in range(3):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(iters):
+            a @ b
+        end.record()
+        end.synchronize()
+        best = min(best, start.elapsed_time(end) / 1e3)
+    del a, b
+    torch.cuda.empty_cache()
+    return 2 * n ** 3 * iters / best
+
+
+def shard(model, device) -> None:
+    """FSDP2: one ``fully_shard`` unit per block, then the root; bf16/fp32 policy on CUDA."""
+    import torch
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    kw = {}
+    if device.type == "cuda":
+        kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16,
+                                               reduce_dtype=torch.float32)
+    blocks = getattr(model, "blocks", None) or model.model.layers   # ours, or transformers'
+    for block in blocks:
+        fully_shard(block, **kw)
+    fully_shard(model, **kw)
+
+
+def rank_train(size: str = "tiny", steps: int = 30, batch: int | None = None,
+               seq: int | None = None, data: str = "text", seed: int = 0,
+               progress: bool = True) -> dict:
+    """Rank side of :func:`train` (call it inside ``dtlab.run``). ``data``: "text" (the standard
+    library's sources as bytes, :mod:`.data`) or "random" (uniform ids, the benchmark's)."""
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+
+    from ..runtime.context import device as rank_device
+    from . import data as corpus
+    from .model import Llama, flops_per_token, n_params
+
+    rank, world, dev = dist.get_rank(), dist.get_world_size(), rank_device()
+    cfg = CONFIGS[size]
+    cfg = dataclasses.replace(cfg, batch=batch or cfg.batch, seq=seq or cfg.seq)
+    peak = matmul_flops(dev)
+    torch.manual_seed(seed)               # the same initial weights on every rank
+    with torch.device(dev):
+        model = Llama(cfg)
+    shard(model, dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.1)
+    warm = max(1, min(10, steps // 5))    # linear learning-rate warm-up, then constant
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warm))
+    batches = (corpus.batches(corpus.corpus(), cfg.batch, cfg.seq, rank, world, seed, dev)
+               if data == "text" else
+               corpus.random_batches(cfg.vocab, cfg.batch, cfg.seq, rank, world, seed, dev))
+    if dev.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(dev)
+    losses, local, times = [], [], []
+    for step in range(steps):
+        x, y = next(batches)
+        t0 = time.perf_counter()
+        logits = model(x)
+        loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        opt.zero_grad(set_to_none=True)
+        mean = loss.detach().clone()
+        dist.all_reduce(mean)             # the logged loss: every rank's, averaged
+        mean = mean.item() / world        # .item() waits for the GPU: the step is done
+        times.append(time.perf_counter() - t0)
+        local.append(loss.item())
+        losses.append(mean)
+        if progress and rank == 0:
+            print(f"[capstone] step {step + 1}/{steps} loss {mean:.4f} "
+                  f"{times[-1] * 1e3:.0f} ms/step "
+                  f"{cfg.batch * cfg.seq / times[-1] / 1e3:.1f}k tok/s/rank",
+                  file=sys.stderr, flush=True)
+    timed = times[WARMUP_STEPS:] or times
+    step_s = statistics.median(timed)
+    tps = cfg.batch * cfg.seq / step_s
+    return {"rank": rank, "world": world, "device": str(dev), "backend": dist.get_backend(),
+            "size": size, "config": cfg.to_json(), "n_params": n_params(cfg), "data": data,
+            "losses": losses, "local_losses": local, "step_times_s": times, "step_s": step_s,
+            "tokens_per_s": tps, "matmul_flops": peak,
+            "local_numel": sum(p.to_local().numel() for p in model.parameters()),
+            "peak_bytes": torch.cuda.max_memory_allocated(dev) if dev.type == "cuda" else None,
+            "mfu": flops_per_token(cfg) * tps / peak if peak else None,
+            "torch": torch.__version__}
+
+
+def train(size: str = "tiny", steps: int = 30, nprocs: int | None = 2, backend: str = "auto",
+          batch: int | None = None, seq: int | None = None, data: str = "text",
+          timeout: float | None = 600, progress: bool = True) -> dict:
+    """Train on ``nprocs`` ranks; the summary described in the module docstring."""
+    from ..runtime.launch import run
+    from ..runtime.plan import resolve
+
+    check_args(size, steps, batch, seq)
+    if data not in ("text", "random"):
+        raise ValueError(f"data={data!r} is not one of: text, random.")
+    resolve(nprocs, backend)   # bad --nprocs / --backend: refused before anything starts
+    res = run(rank_train, size, steps, batch, seq, data, nprocs=nprocs, backend=backend,
+              timeout=timeout, progress=progress)
+    ranks = res.values
+    first = ranks[0]
+    keep = ("world", "backend", "size", "config", "n_params", "data", "losses", "torch")
+    out = {k: first[k] for k in keep}
+    out["ranks"] = [{k: r[k] for k in ("rank", "device", "step_s", "tokens_per_s", "peak_bytes",
+                                       "matmul_flops", "mfu", "local_numel",
+                                       "local_losses")} for r in ranks]
+    return out
+
+
+def format_summary(s: dict) -> str:
+    """A few lines for a terminal: the loss curve's ends, then one row per rank."""
+    cfg, losses = s["config"], s["losses"]
+    lines = [f"capstone {s['size']}: {s['n_params'] / 1e6:.2f}M parameters, {s['world']} ranks "
+             f"({s['backend']}), {cfg['batch']}x{cfg['seq']} tokens per rank per step, "
+             f"data {s['data']}",
+             f"loss {losses[0]:.4f} -> {losses[-1]:.4f} over {len(losses)} steps",
+             f"{'rank':>4} {'device':>8} {'ms/step':>9} {'tok/s':>10} {'peak MiB':>9} "
+             f"{'matmul TF/s':>11} {'MFU':>6}"]
+    for r in s["ranks"]:
+        mem = f"{r['peak_bytes'] / 2**20:.0f}" if r["peak_bytes"] is not None else "-"
+        tf = f"{r['matmul_flops'] / 1e12:.0f}" if r["matmul_flops"] else "-"
+        mfu = f"{100 * r['mfu']:.1f}%" if r["mfu"] is not None else "-"
+        lines.append(f"{r['rank']:>4} {r['device']:>8} {r['step_s'] * 1e3:>9.1f} "
+                     f"{r['tokens_per_s']:>10.0f} {mem:>9} {tf:>11} {mfu:>6}")
+    return "\n".join(lines)

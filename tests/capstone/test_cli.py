@@ -1,0 +1,23 @@
+"""``dtlab capstone train`` with bad input: one line, exit status 2, nothing launched."""
+
+import pytest
+
+from dtlab.cli import main
+
+CASES = {
+    "size": (["--size", "huge"], "--size 'huge' is not one of: tiny, small, 1b"),
+    "steps": (["--steps", "0"], "--steps 0 must be a whole number >= 1"),
+    "nprocs": (["--nprocs", "0"], "--nprocs 0 must be at least 1"),
+    "backend": (["--backend", "foo"], "--backend 'foo' is not one of"),
+    "data": (["--data", "words"], "--data 'words' is not one of: text, random"),
+    "seq": (["--seq", "-4"], "--seq -4 must be a whole number >= 1"),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_bad_input_is_one_line_and_exit_2(case, capsys, no_orphans):
+    argv, words = CASES[case]
+    assert main(["capstone", "train", *argv]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1
+    assert err.startswith("dtlab capstone: ") and words in err, err
