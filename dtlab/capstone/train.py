@@ -84,6 +84,29 @@ def shard(model, device) -> None:
     fully_shard(model, **kw)
 
 
+def train_step(model, opt, x, y):
+    """One step: forward, fp32 cross-entropy, backward (FSDP2 reduce-scatters the gradients),
+    clip the global gradient norm to 1, AdamW. Returns the detached loss (not yet read back).
+    The benchmark runs transformers' model through this same function (``.logits``)."""
+    import torch
+    import torch.nn.functional as F
+
+    out = model(x)
+    logits = getattr(out, "logits", out)
+    loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    return loss.detach()
+
+
+def make_optimizer(model, lr: float):
+    import torch
+
+    return torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.1)
+
+
 def rank_train(size: str = "tiny", steps: int = 30, batch: int | None = None,
                seq: int | None = None, data: str = "text", seed: int = 0,
                progress: bool = True) -> dict:
@@ -91,7 +114,6 @@ def rank_train(size: str = "tiny", steps: int = 30, batch: int | None = None,
     library's sources as bytes, :mod:`.data`) or "random" (uniform ids, the benchmark's)."""
     import torch
     import torch.distributed as dist
-    import torch.nn.functional as F
 
     from ..runtime.context import device as rank_device
     from . import data as corpus
@@ -105,7 +127,7 @@ def rank_train(size: str = "tiny", steps: int = 30, batch: int | None = None,
     with torch.device(dev):
         model = Llama(cfg)
     shard(model, dev)
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.1)
+    opt = make_optimizer(model, cfg.lr)
     warm = max(1, min(10, steps // 5))    # linear learning-rate warm-up, then constant
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warm))
     batches = (corpus.batches(corpus.corpus(), cfg.batch, cfg.seq, rank, world, seed, dev)
@@ -117,14 +139,9 @@ def rank_train(size: str = "tiny", steps: int = 30, batch: int | None = None,
     for step in range(steps):
         x, y = next(batches)
         t0 = time.perf_counter()
-        logits = model(x)
-        loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        loss = train_step(model, opt, x, y)
         sched.step()
-        opt.zero_grad(set_to_none=True)
-        mean = loss.detach().clone()
+        mean = loss.clone()
         dist.all_reduce(mean)             # the logged loss: every rank's, averaged
         mean = mean.item() / world        # .item() waits for the GPU: the step is done
         times.append(time.perf_counter() - t0)
