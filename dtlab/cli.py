@@ -8,6 +8,10 @@
     dtlab course release|validate|autograde|feedback|report   the nbgrader course (dtlab.course)
     dtlab hang KIND [--nprocs N] [--backend B] [--out DIR]    reproduce a failure (dtlab.hang)
     dtlab diagnose DIR [--json]             name the cause from the evidence (dtlab.hang)
+    dtlab topo [FILE] [--json]              GPU/NIC topology and predicted transports (dtlab.topology)
+    dtlab parity [--bug B] [--fsdp] [--json]   DDP/FSDP2 vs one process (dtlab.parity)
+    dtlab multinode script|simulate ...     cluster launch lines; a rehearsal on one machine
+    dtlab capstone train [--size S] [--json]   a small Llama with FSDP2 (dtlab.capstone)
 
 Bad input -- a wrong flag value, a file that is not there -- is one line on stderr,
 ``dtlab CMD: what is wrong and what to do``, and exit status 2, before any rank starts
