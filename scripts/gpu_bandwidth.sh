@@ -17,6 +17,7 @@ SRC=${2:?usage: bash scripts/gpu_bandwidth.sh OUT_DIR NCCL_TESTS_SRC}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 export NCCL_NVLS_ENABLE=0 PYTHONPATH=${PYTHONPATH:-.} DTLAB_OUTPUT=lines
+export NGPU=${NGPU:-2}  # GPUs (ranks) for every step: nccl-tests -g NGPU, dtlab NGPU ranks
 PY=${PYTHON:-python3}
 START=$(date +%s)
 
@@ -46,17 +47,17 @@ export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} LD_LIBRARY_PATH="$NCCL_HOME/lib:$
   NVCC_GENCODE="-gencode=arch=compute_90,code=sm_90"
 NT="$SRC/build"
 for op in all_reduce sendrecv; do
-  step "nt_${op}_small_eager" 60 "$NT/${op}_perf" -b 8 -e 64K -f 2 -g 2
-  step "nt_${op}_small_graph" 60 "$NT/${op}_perf" -b 8 -e 64K -f 2 -g 2 -G 100
+  step "nt_${op}_small_eager" 60 "$NT/${op}_perf" -b 8 -e 64K -f 2 -g "$NGPU"
+  step "nt_${op}_small_graph" 60 "$NT/${op}_perf" -b 8 -e 64K -f 2 -g "$NGPU" -G 100
 done
-step nt_all_reduce_1G 120 "$NT/all_reduce_perf" -b 8 -e 1G -f 2 -g 2
+step nt_all_reduce_1G 120 "$NT/all_reduce_perf" -b 8 -e 1G -f 2 -g "$NGPU"
 
 # --- dtlab, the same sizes, eager and CUDA graph ----------------------------------------------
-step dtlab_small_eager 90 $PY -m dtlab bench --op all_reduce,sendrecv -b 8 -e 64K \
+step dtlab_small_eager 90 $PY -m dtlab bench --nprocs "$NGPU" --op all_reduce,sendrecv -b 8 -e 64K \
   --csv "$OUT/dtlab_small_eager.csv"
-step dtlab_small_graph 90 $PY -m dtlab bench --op all_reduce,sendrecv -b 8 -e 64K --graph \
+step dtlab_small_graph 90 $PY -m dtlab bench --nprocs "$NGPU" --op all_reduce,sendrecv -b 8 -e 64K --graph \
   --csv "$OUT/dtlab_small_graph.csv"
-step dtlab_all_reduce_1G 120 $PY -m dtlab bench --op all_reduce -b 8 -e 1G \
+step dtlab_all_reduce_1G 120 $PY -m dtlab bench --nprocs "$NGPU" --op all_reduce -b 8 -e 1G \
   --csv "$OUT/dtlab_all_reduce_1G.csv"
 step p2p 60 $PY -m dtlab bench --p2p -e 256M --csv "$OUT/p2p.csv"
 
@@ -64,7 +65,7 @@ step p2p 60 $PY -m dtlab bench --p2p -e 256M --csv "$OUT/p2p.csv"
 step overhead 90 $PY - <<'EOF'
 """Where an eager torch all_reduce's host time goes (8 B, NCCL, 2 ranks): the pieces timed one
 by one, and torch.profiler's table over 50 calls."""
-import time, torch, torch.distributed as dist, dtlab
+import os, time, torch, torch.distributed as dist, dtlab
 
 def pieces(n=200):
     dev = dtlab.device(); x = torch.zeros(2, device=dev)
@@ -87,18 +88,18 @@ def pieces(n=200):
     table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15)
     return out, table if dist.get_rank() == 0 else None
 
-res = dtlab.run(pieces, nprocs=2, timeout=80)
+res = dtlab.run(pieces, nprocs=int(os.environ["NGPU"]), timeout=80)
 for r, (out, table) in enumerate(res.values):
     print(f"rank {r}:", out)
 print(res.values[0][1])
 EOF
 step bucketing 120 $PY -c '
-import dtlab.bench as b
-df = b.bucketing("1G", ["1G", "4M", "256K"], nprocs=2, iters=3, timeout=110)
+import os, dtlab.bench as b
+df = b.bucketing("1G", ["1G", "4M", "256K"], nprocs=int(os.environ["NGPU"]), iters=3, timeout=110)
 df.to_csv("'"$OUT"'/bucketing.csv", index=False); print(df.to_string())'
 step pitfalls 90 $PY -c '
-import pandas as pd, dtlab.bench as b
-df = pd.concat([b.timing_pitfalls("all_reduce", s, nprocs=2, timeout=40).assign(size=s) for s in ("8", "64M")])
+import os, pandas as pd, dtlab.bench as b
+df = pd.concat([b.timing_pitfalls("all_reduce", s, nprocs=int(os.environ["NGPU"]), timeout=40).assign(size=s) for s in ("8", "64M")])
 df.to_csv("'"$OUT"'/pitfalls.csv", index=False); print(df.to_string())'
 step fit 30 $PY -c '
 import dtlab.bench as b
