@@ -170,8 +170,16 @@ def simulate(nodes: int = 2, procs_per_node: int = 2, mode: str = "auto",
         if not os.environ.get("DTLAB_KEEP_RUNS"):
             shutil.rmtree(run_dir, ignore_errors=True)
     diag = diagnose(consoles, codes, report, plan, qdiscs=qdiscs)
-    return _result(mode, note, fault, injected, nodes, procs_per_node, plan, launch, codes,
-                   report, diag, time.monotonic() - t0, ag)
+    res = _result(mode, note, fault, injected, nodes, procs_per_node, plan, launch, codes,
+                  report, diag, time.monotonic() - t0, ag)
+    # what each node's console said (its last CONSOLE_LINES lines): the evidence the diagnosis
+    # read, for a person to read too
+    res["consoles"] = {name: "\n".join(text.splitlines()[-CONSOLE_LINES:])
+                       for name, text in consoles.items()}
+    return res
+
+
+CONSOLE_LINES = 200
 
 
 def _wait(ag: Agents, limit: float, grace: float) -> dict:

@@ -84,6 +84,8 @@ def test_fault_is_bounded_and_diagnosed(fault, clean):
     d = r["diagnosis"]
     assert d["failure_class"] == fault, (d, r["nodes"])
     assert d["summary"] and d["evidence"]
+    # every started node's console comes back with the report
+    assert set(r["consoles"]) == {n["name"] for n in r["nodes"] if n["started"]}
     if fault == "slow_link":  # measurably slower, by about what alpha-beta predicts
         assert r["ok"] is False and r["ranks_present"] == 2
         assert r["bandwidth_GBps"]["across"] < 0.05  # 100 Mbit/s = 0.0125 GB/s
