@@ -316,7 +316,8 @@ def _capstone(args) -> int:
     from .capstone import cli as capstone_cli
 
     with arguments({"size": "--size", "steps": "--steps", "nprocs": "--nprocs",
-                    "backend": "--backend", "batch": "--batch", "seq": "--seq", "data": "--data"}):
+                    "backend": "--backend", "batch": "--batch", "seq": "--seq", "data": "--data",
+                    "bug": "--bug", "out": "--out"}):
         capstone_cli.check(args)
     return capstone_cli.run(args)
 

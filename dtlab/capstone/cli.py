@@ -1,9 +1,10 @@
-"""``dtlab capstone train``: the section's terminal command (dtlab/cli.py calls in).
+"""``dtlab capstone train|hang``: the section's terminal commands (dtlab/cli.py calls in).
 
 Bad input is a ValueError (or :class:`dtlab.LaunchError`) raised inside the caller's
 ``arguments()`` block, before any rank starts: one line on stderr, exit status 2.
 
     dtlab capstone train [--size tiny|small|1b] [--steps N] [--nprocs N] [--backend B] [--json]
+    dtlab capstone hang [--bug KIND] [--nprocs N] [--backend B] [--out DIR] [--json]
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ import json
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    sub = p.add_subparsers(dest="capstone_command", metavar="train", required=True)
+    sub = p.add_subparsers(dest="capstone_command", metavar="{train,hang}",
+                             required=True)
     t = sub.add_parser("train", help="train the Llama-style model with FSDP2; loss, step time, "
                        "tokens/s, peak memory and MFU per rank")
     t.add_argument("--size", default="tiny", help="tiny (CPU, seconds), small, 1b (GPUs); "
@@ -29,6 +31,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     t.add_argument("--data", default="text", help="text (stdlib sources as bytes, default) or "
                    "random (uniform ids, as the benchmark)")
     t.add_argument("--json", action="store_true", help="machine-readable summary on stdout")
+    from .hang import BUGS
+
+    h = sub.add_parser("hang", help="break the training job on purpose (a hang or an error for "
+                       "a real reason), collect the evidence, print dtlab's diagnosis")
+    h.add_argument("--bug", default="extra_metric", help=f"{', '.join(BUGS)} "
+                   "(default extra_metric)")
+    h.add_argument("--nprocs", type=int, default=None,
+                   help="ranks, at least 2 (default: one per GPU, else 2)")
+    h.add_argument("--backend", default="auto", help="auto, nccl or gloo")
+    h.add_argument("--out", default=None, help="evidence folder, new or empty (default: a new "
+                   "temporary folder)")
+    h.add_argument("--json", action="store_true", help="machine-readable report on stdout")
 
 
 def check(args) -> None:
@@ -36,6 +50,11 @@ def check(args) -> None:
     from ..runtime.plan import resolve
     from .train import check_args
 
+    if args.capstone_command == "hang":
+        from .hang import check_args as check_hang
+
+        check_hang(args.bug, args.nprocs, args.backend, args.out)
+        return
     check_args(args.size, args.steps, args.batch, args.seq)
     if args.data not in ("text", "random"):
         raise ValueError(f"data={args.data!r} is not one of: text, random.")
@@ -43,6 +62,12 @@ def check(args) -> None:
 
 
 def run(args) -> int:
+    if args.capstone_command == "hang":
+        from .hang import format_report, hang
+
+        report = hang(args.bug, args.nprocs, args.backend, args.out)
+        print(json.dumps(report, indent=1) if args.json else format_report(report))
+        return 0
     from .train import format_summary, train
 
     summary = train(args.size, args.steps, args.nprocs, args.backend, args.batch, args.seq,

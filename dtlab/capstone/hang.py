@@ -1,0 +1,231 @@
+"""Break the capstone's training job on purpose, let dtlab collect the evidence, diagnose it.
+
+    dtlab capstone hang [--bug KIND] [--nprocs N] [--backend B] [--out DIR] [--json]
+
+The job is :mod:`.train`'s: the tiny Llama sharded with FSDP2 (``fully_shard`` per block, then
+the root), AdamW, the loss all-reduced every step for the log. It runs ``GOOD_STEPS`` good steps;
+then, at step ``BAD_STEP``, the culprit rank (rank 1) does one thing differently inside the
+training loop (the line is marked ``# <- the bug``). Each bug is a mistake people make:
+
+* ``extra_metric``: the culprit all-reduces one more metric (its gradient norm, "for the log")
+  after its step. The other ranks' next collective is FSDP2's parameter all-gather of the next
+  forward: a genuine hang -- the ranks' collective sequences are off by one from there on, and
+  gloo waits until the process group's timeout.
+* ``gather_shapes``: every rank all-gathers its per-rank outputs (the predicted token ids of its
+  non-padding positions), whose lengths differ by rank; ``all_gather`` needs one shape on every
+  rank. On gloo this does not hang and does not corrupt silently: gloo's pair transport sees
+  a message of the wrong size and every rank fails at once (an exception in ``all_gather``).
+* ``stuck_loader``: the culprit blocks fetching its next batch (a data-loading worker that never
+  answers); the others enter the next forward and wait in FSDP2's all-gather until the process
+  group's timeout: a hang whose culprit issued *fewer* collectives.
+
+Every run is bounded: the collective timeout (``init_process_group(timeout=...)``) is
+``PG_TIMEOUT`` seconds, and ``dtlab.run``'s own deadline stops whatever is still stuck.
+The evidence folder (consoles, stacks of every rank, Flight Recorder dumps, ``run.json``) is
+written by the runtime itself; :func:`dtlab.hang.diagnose` reads it.
+
+>>> r = hang("extra_metric", nprocs=2, backend="gloo")     # doctest: +SKIP
+>>> r["diagnosis"]["failure_class"], r["diagnosis"]["confident"]  # doctest: +SKIP
+('missing_collective', False)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from dataclasses import dataclass
+
+GOOD_STEPS = 3      # good steps before the bug: the loss falls, every collective matches
+BAD_STEP = GOOD_STEPS
+CULPRIT = 1
+PG_TIMEOUT = 5.0    # seconds a collective may wait before gloo gives up
+TIMEOUT = 45.0      # dtlab.run's deadline for the whole job
+STUCK_S = 3600.0    # how long the stuck loader blocks: longer than any deadline
+PAD = 3             # gather_shapes: padding positions the culprit drops from its outputs
+
+
+@dataclass(frozen=True)
+class Bug:
+    name: str
+    what: str             # the bug, one line
+    behaviour: str        # "hang" or "error": what it really does on gloo
+    expect_class: str     # what dtlab diagnose should call it
+    expect: str           # what it is expected to look like
+
+
+BUGS = {b.name: b for b in [
+    Bug("extra_metric", "the culprit all-reduces one extra metric (its grad norm) after its step",
+        "hang", "op_mismatch",
+        "a hang: the culprit's extra all_reduce meets the others' next collective, FSDP2's "
+        "parameter all_gather of the next forward; the Flight Recorder shows the two ops at the "
+        "same position and every rank waits there until the collective timeout (gloo: 'Timed "
+        "out waiting ... for send/recv'). 3+ ranks: the culprit is the odd one out; 2 ranks: "
+        "both are candidates, confident false."),
+    Bug("gather_shapes", "every rank all-gathers per-rank outputs whose lengths differ by rank",
+        "error", "size_mismatch",
+        "no hang, on gloo: the culprit's buffers are shorter, so gloo receives more bytes than "
+        "they hold and aborts the culprit process (SIGABRT, 'op.preamble.length <= op.nbytes'); "
+        "a rank with the longer tensor receives a short message without complaint (its gather "
+        "is silently incomplete) and then loses its peer. The console names the byte counts, "
+        "not the rank, so the diagnosis is size_mismatch with every rank a candidate, "
+        "confident false (TORCH_DISTRIBUTED_DEBUG=DETAIL would name the shapes)."),
+    Bug("stuck_loader", "the culprit blocks in data loading before its next step",
+        "hang", "missing_collective",
+        "a hang: the others wait in FSDP2's all-gather of the next forward until the collective "
+        "timeout; the culprit is stuck in the data loader and issued fewer collectives. Its "
+        "stack shows the loader, not a collective. Known gap: dtlab diagnose does not read "
+        "FSDP2's frame (distributed_c10d.all_gather_single) as a collective, so it answers "
+        "timeout_unknown with no culprit (confident false)."),
+]}
+
+# the bugs whose diagnosis dtlab gets right (class, and culprit or an honest "unsure")
+DIAGNOSED = ("extra_metric", "gather_shapes")
+
+
+def check_args(bug: str, nprocs: int | None, backend: str, out: str | None) -> None:
+    """Raises ValueError / LaunchError for bad arguments; starts nothing."""
+    from ..runtime.plan import resolve
+
+    if bug not in BUGS:
+        raise ValueError(f"bug={bug!r} is not one of: {', '.join(BUGS)}.")
+    if nprocs is not None and (isinstance(nprocs, bool) or not isinstance(nprocs, int)
+                               or nprocs < 2):
+        raise ValueError(f"nprocs={nprocs!r} must be at least 2: a hang needs two ranks.")
+    resolve(nprocs, backend)
+    if out is not None and os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
+        raise ValueError(f"out={out!r} exists and is not an empty folder: give a new folder, so "
+                         f"evidence from two runs never mixes.")
+
+
+def _stuck_batches(batches, rank: int, culprit: bool):
+    """The data loader: yields batches; on the culprit, blocks for good before step BAD_STEP."""
+    import threading
+
+    for step, b in enumerate(batches):
+        if culprit and step == BAD_STEP:
+            threading.Event().wait(STUCK_S)  # <- the bug: a loader worker that never answers
+        yield b
+
+
+def rank_hang(bug: str, size: str = "tiny", seed: int = 0) -> dict:
+    """Rank side of :func:`hang` (inside ``dtlab.run``): the capstone's loop, broken by ``bug``."""
+    import torch
+    import torch.distributed as dist
+
+    from ..runtime.context import device as rank_device
+    from ..runtime.evidence import dump_own_trace
+    from . import data as corpus
+    from .model import CONFIGS, Llama
+    from .train import make_optimizer, shard, train_step
+
+    rank, world, dev = dist.get_rank(), dist.get_world_size(), rank_device()
+    culprit = rank == CULPRIT % world
+    cfg = CONFIGS[size]
+    torch.manual_seed(seed)
+    with torch.device(dev):
+        model = Llama(cfg)
+    shard(model, dev)
+    opt = make_optimizer(model, cfg.lr)
+    batches = corpus.batches(corpus.corpus(), cfg.batch, cfg.seq, rank, world, seed, dev)
+    if bug == "stuck_loader":
+        batches = _stuck_batches(batches, rank, culprit)
+    losses = []
+    for step in range(GOOD_STEPS + 2):
+        print(f"[dtlab-step] rank={rank} step={step} phase=data t={time.time():.6f}", flush=True)
+        x, y = next(batches)
+        print(f"[dtlab-step] rank={rank} step={step} phase=compute t={time.time():.6f}",
+              flush=True)
+        loss = train_step(model, opt, x, y)
+        mean = loss.clone()
+        dist.all_reduce(mean)   # the logged loss
+        losses.append(mean.item() / world)
+        if step == BAD_STEP and bug == "extra_metric" and culprit:
+            norm = torch.stack([p.detach().to_local().float().norm() for p in
+                                model.parameters()]).norm()
+            dist.all_reduce(norm)   # <- the bug: a metric all-reduced on this rank only
+        if step == BAD_STEP and bug == "gather_shapes":
+            with torch.no_grad():
+                pred = model(x).argmax(-1).flatten()
+            pad = PAD if culprit else 0                 # only the culprit's batch is padded
+            keep = pred[: pred.numel() - pad]           # its non-padding positions
+            parts = [torch.empty_like(keep) for _ in range(world)]
+            dist.all_gather(parts, keep)   # <- the bug: shapes differ by rank
+        print(f"[dtlab-step] rank={rank} step={step} phase=done loss={losses[-1]:.4f} "
+              f"t={time.time():.6f}", flush=True)
+    dump_own_trace(rank)
+    return {"rank": rank, "losses": losses}
+
+
+def hang(bug: str = "extra_metric", nprocs: int | None = 2, backend: str = "auto",
+         out: str | None = None, timeout: float = TIMEOUT, pg_timeout: float = PG_TIMEOUT,
+         progress: bool = True) -> dict:
+    """Run the broken job, keep its evidence in ``out`` (a new temporary folder if None),
+    diagnose it. Returns the report described in the module docstring."""
+    from ..hang.diagnose import diagnose
+    from ..runtime import HangError, RankError
+    from ..runtime.launch import launch
+    from ..runtime.plan import resolve
+
+    check_args(bug, nprocs, backend, out)
+    plan = resolve(nprocs, backend)
+    be, n = plan.backend, plan.nprocs
+    out = out or tempfile.mkdtemp(prefix=f"dtlab-capstone-hang-{bug}-")
+    os.makedirs(out, exist_ok=True)
+    env = {}
+    if be == "nccl":
+        os.makedirs(os.path.join(out, "nccl"), exist_ok=True)
+        env.update({"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,COLL",
+                    "NCCL_DEBUG_FILE": os.path.join(os.path.abspath(out), "nccl", "%h.%p.log")})
+    b = BUGS[bug]
+    meta = {"reproducer": {"tool": "dtlab capstone hang", "kind": bug,
+                           "culprit_rank": CULPRIT % n, "pg_timeout_s": pg_timeout, "env": env}}
+    t0 = time.monotonic()
+    try:
+        launch(rank_hang, (bug,), nprocs=n, backend=be, timeout=timeout, env=env,
+               snapshot_quiet=2.0, evidence_dir=out, meta=meta, failure_grace=3.0,
+               pg_timeout=pg_timeout)
+        outcome, error = "ok", None
+    except (RankError, HangError) as e:
+        outcome, error = type(e).__name__, str(e).splitlines()[0]
+    wall = time.monotonic() - t0
+    d = diagnose(out)
+    with open(os.path.join(out, "diagnosis.json"), "w") as f:
+        json.dump(d.to_dict(), f, indent=2)
+    return {"bug": bug, "what": b.what, "nprocs": n, "backend": be, "culprit_rank": CULPRIT % n,
+            "evidence_dir": out, "outcome": outcome, "error": error, "wall_s": round(wall, 1),
+            "expected": {"behaviour": b.behaviour, "failure_class": b.expect_class,
+                         "looks_like": b.expect},
+            "diagnosis": {**d.to_dict(), "sites": _sites(out, range(n))}}
+
+
+def _sites(path: str, ranks) -> dict[int, str]:
+    """Where each rank's stack or traceback shows it (its own code's innermost line), from the
+    same evidence the diagnosis read."""
+    from ..hang.diagnose.facts import gather
+    from ..hang.diagnose.load import load
+    from ..hang.diagnose.verdict import Verdict
+
+    v = Verdict(gather(load(path)))
+    return {str(r): s for r in ranks if (s := v.site_of(r))}
+
+
+def format_report(r: dict) -> str:
+    """The run, what the bug really does, then the diagnosis as ``dtlab diagnose`` prints it."""
+    from ..hang.diagnose import Diagnosis, render
+
+    d = r["diagnosis"]
+    diag = Diagnosis(**{k: d[k] for k in ("failure_class", "culprit_ranks", "collective_seq",
+                                          "op", "summary", "evidence", "confident",
+                                          "root_ranks")})
+    e = r["expected"]
+    sites = ", ".join(f"rank {k}: {v}" for k, v in sorted(r["diagnosis"]["sites"].items()))
+    return "\n".join([
+        f"capstone hang --bug {r['bug']}: {r['what']} (culprit rank {r['culprit_rank']}, "
+        f"{r['nprocs']} ranks, {r['backend']})",
+        f"outcome: {r['outcome']} after {r['wall_s']} s" + (f" ({r['error']})" if r["error"]
+                                                           else ""),
+        f"expected: {e['behaviour']}, diagnosed as {e['failure_class']}: {e['looks_like']}",
+        f"evidence: {r['evidence_dir']}", "",
+        render(diag), "", f"sites         : {sites or '-'}"])
