@@ -285,7 +285,17 @@ def _parity(args) -> int:
         check_args(args.bug, args.nprocs, args.steps, args.dtype)
         if args.fsdp and (args.bug != "none" or args.fix):
             raise ValueError("--fsdp compares FSDP2 with DDP and takes no --bug/--fix.")
+        if args.scaling and (args.bug != "none" or args.fix or args.fsdp):
+            raise ValueError("--scaling measures DDP throughput and takes no --bug/--fix/--fsdp.")
         resolve(args.nprocs, args.backend)
+    if args.scaling:
+        from .parity.scaling import report
+
+        rep = report(list(range(1, args.nprocs + 1)), backend=args.backend, steps=args.steps,
+                     command="dtlab parity --scaling")
+        print(json.dumps(rep, indent=1, default=str) if args.json else "\n".join(
+            f"{k}: {v}" for k, v in rep.items()))
+        return 0
     reports = (fsdp_vs_ddp(nprocs=args.nprocs, backend=args.backend, steps=args.steps)
                if args.fsdp else [compare(args.bug, args.fix, nprocs=args.nprocs,
                                           backend=args.backend, steps=args.steps,
@@ -442,6 +452,8 @@ def build_parser() -> argparse.ArgumentParser:
     par.add_argument("--nprocs", type=int, default=2, help="ranks (default 2)")
     par.add_argument("--backend", default="auto", help="auto, nccl or gloo")
     par.add_argument("--fsdp", action="store_true", help="FSDP2 (fully_shard) vs DDP instead")
+    par.add_argument("--scaling", action="store_true", help="DDP throughput on 1..--nprocs "
+                     "ranks, compute/comm overlap, bucket_cap_mb (dtlab.parity.scaling)")
     par.add_argument("--steps", type=int, default=8, help="training steps (default 8)")
     par.add_argument("--dtype", default="float64", help="float64 or float32 (DDP runs)")
     par.add_argument("--json", action="store_true", help="machine-readable output")

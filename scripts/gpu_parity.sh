@@ -7,11 +7,13 @@
 #   batchnorm-fix-n<N>.json     python3 -m dtlab parity --bug batchnorm --fix --backend nccl --json
 #   fsdp-n<N>.json              python3 -m dtlab parity --fsdp --backend nccl --json
 #                               (FSDP2 vs DDP, bf16 mixed precision, memory measured per rank)
+#   scaling.json                DDP weak scaling on 1, 2 (and 4) GPUs over NCCL, the profiler's
+#                               compute/comm overlap, bucket_cap_mb (dtlab.parity.scaling.report)
 #
 # Usage, from the repository root (NVLink multicast stays off):
 #   PYTHONPATH=. scripts/gpu_parity.sh data/h100x2-parity
 # N is 2, and also 4 when the machine has 4 or more GPUs. Every step is bounded by `timeout`;
-# a failed step is recorded, not fatal. The whole script stays under ~8 minutes.
+# a failed step is recorded, not fatal. The whole script stays under ~12 minutes.
 set -u
 out=${1:?usage: scripts/gpu_parity.sh OUT_DIR}
 mkdir -p "$out" || exit 2
@@ -39,4 +41,6 @@ runs = [('none', False)] + [(b, f) for b in BUGS[1:] for f in (False, True)]
 print(json.dumps([r.to_json() for r in compare_many(runs, nprocs=$n, backend='nccl', timeout=150)], indent=1))"
   step 60 "$out/batchnorm-fix-n$n.json" python3 -m dtlab parity --bug batchnorm --fix --nprocs "$n" --backend nccl --json
 done
+step 240 "$out/scaling.json" python3 -c "import json; from dtlab.parity.scaling import report
+print(json.dumps(report([1, 2, 4] if $ngpu >= 4 else [1, 2], backend='nccl', model='mlp-large', per_rank_batch=512, steps=20, command='scripts/gpu_parity.sh'), indent=1, default=str))"
 cat "$log"
