@@ -35,7 +35,8 @@ OPS = COLLECTIVES + P2P
 _OP_ALIASES = {
     "allreduce": "all_reduce", "allgather": "all_gather", "allgatherbase": "all_gather",
     "allgatherintotensor": "all_gather", "allgatherintotensorcoalesced": "all_gather",
-    "allgathercoalesced": "all_gather", "reducescatter": "reduce_scatter",
+    "allgathercoalesced": "all_gather", "allgathersingle": "all_gather",
+    "reducescatter": "reduce_scatter", "reducescattersingle": "reduce_scatter",
     "reducescatterbase": "reduce_scatter", "reducescattertensor": "reduce_scatter",
     "reducescattertensorbase": "reduce_scatter", "reducescattertensorcoalesced": "reduce_scatter",
     "broadcast": "broadcast", "bcast": "broadcast", "reduce": "reduce",

@@ -75,13 +75,12 @@ BUGS = {b.name: b for b in [
         "hang", "missing_collective",
         "a hang: the others wait in FSDP2's all-gather of the next forward until the collective "
         "timeout; the culprit is stuck in the data loader and issued fewer collectives. Its "
-        "stack shows the loader, not a collective. Known gap: dtlab diagnose does not read "
-        "FSDP2's frame (distributed_c10d.all_gather_single) as a collective, so it answers "
-        "timeout_unknown with no culprit (confident false)."),
+        "stack shows the loader, not a collective: missing_collective, culprit the rank outside "
+        "any collective, confident false (stacks are one snapshot)."),
 ]}
 
 # the bugs whose diagnosis dtlab gets right (class, and culprit or an honest "unsure")
-DIAGNOSED = ("extra_metric", "gather_shapes")
+DIAGNOSED = ("extra_metric", "gather_shapes", "stuck_loader")
 
 
 def check_args(bug: str, nprocs: int | None, backend: str, out: str | None) -> None:

@@ -54,12 +54,8 @@ def test_stuck_loader_hangs_the_others_in_fsdp2s_all_gather(tmp_path):
     # rank timed out inside FSDP2's all-gather of the next forward (train_step's model(x))
     assert d["sites"][str(CULPRIT)].startswith("hang.py:")
     assert d["sites"]["0"].startswith("train.py:")
-    if d["failure_class"] == "timeout_unknown":
-        assert d["confident"] is False and d["culprit_ranks"] == []
-        pytest.xfail("dtlab.hang.diagnose does not read FSDP2's all-gather frame "
-                     "(distributed_c10d.all_gather_single) as a collective, so the stuck rule "
-                     "cannot set rank 0 (in a collective) against rank 1 (in the loader): it "
-                     "answers timeout_unknown with no culprit")
+    # FSDP2's frame (distributed_c10d.all_gather_single) reads as all_gather: rank 0 in a
+    # collective, rank 1 outside any -> the one that never reached it
     assert d["failure_class"] == BUGS["stuck_loader"].expect_class
     assert CULPRIT in d["culprit_ranks"]
 
