@@ -9,9 +9,11 @@
 
 PYTHON ?= python3
 VENV ?= .venv
+VPY := $(VENV)/bin/python
 # PY=python3 make hang (or make hang PY=python3): run with an interpreter that already has
-# everything installed, skipping the venv (nothing is installed or downloaded)
-PY ?= $(VENV)/bin/python
+# everything installed, skipping the venv (nothing is installed or downloaded). Only `hang`
+# reads PY; install, lab and test always use the venv.
+PY ?= $(VPY)
 HAS_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1)
 TORCH_SPEC ?= $(if $(HAS_GPU),torch>=2.6,torch==2.13.0)
 TORCH_INDEX ?=
@@ -27,11 +29,11 @@ install: $(STAMP)
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "dtlab needs Python >= 3.10; run: make PYTHON=python3.11 ...")'
-	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	@$(PY) -c 'import torch' 2>/dev/null || \
-	  $(PY) -m pip install --quiet "$(TORCH_SPEC)" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
-	$(PY) -m pip install --quiet -e ".[test]"
+	@test -x $(VPY) || $(PYTHON) -m venv $(VENV)
+	$(VPY) -m pip install --quiet --upgrade pip
+	@$(VPY) -c 'import torch' 2>/dev/null || \
+	  $(VPY) -m pip install --quiet "$(TORCH_SPEC)" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
+	$(VPY) -m pip install --quiet -e ".[test]"
 	@touch $(STAMP)
 
 # JupyterLab on the student version of the course, in release/ (gitignored): the notebooks without
@@ -41,17 +43,17 @@ $(STAMP): pyproject.toml
 # listens on port 8888 (the next free one if taken); LAB_ARGS="--no-browser --port=8890" etc.
 lab: $(STAMP)
 	$(VENV)/bin/dtlab course release --out release
-	cd release && $(abspath $(PY)) -m dtlab.course.lab $(ALLOW_ROOT) $(LAB_ARGS)
+	cd release && $(abspath $(VPY)) -m dtlab.course.lab $(ALLOW_ROOT) $(LAB_ARGS)
 
 # Plain JupyterLab on the repository, every nbgrader tool shown (Create Assignment, Formgrader...).
 instructor-lab: $(STAMP)
 	$(VENV)/bin/jupyter lab $(ALLOW_ROOT) $(LAB_ARGS)
 
 test: $(STAMP)
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(VPY) -m pytest $(PYTEST_ARGS)
 
 bench: $(STAMP)
-	$(PY) bench/launch.py
+	$(VPY) bench/launch.py
 
 doctor: $(STAMP)
 	$(VENV)/bin/dtlab doctor
@@ -60,7 +62,7 @@ doctor: $(STAMP)
 # printed (dtlab capstone hang; HANG_ARGS="--bug stuck_loader --nprocs 3" etc.). The venv is
 # installed first only when PY is the venv's.
 HANG_ARGS ?=
-hang: $(if $(filter $(VENV)/bin/python,$(PY)),$(STAMP))
+hang: $(if $(filter $(VPY),$(PY)),$(STAMP))
 	$(PY) -m dtlab capstone hang $(HANG_ARGS)
 
 clean:
