@@ -20,11 +20,7 @@ mkdir -p "$out" || exit 2
 log="$out/run.txt"
 export NCCL_NVLS_ENABLE=0 PYTHONPATH=${PYTHONPATH:-.}
 
-step() {  # step SECONDS OUTFILE CMD...: run, keep stdout, note the exit status
-    local secs=$1 file=$2; shift 2
-    timeout "$secs" "$@" >"$file" 2>>"$out/stderr.txt"
-    echo "exit $? (${secs}s limit): $* > $(basename "$file")" >>"$log"
-}
+. "$(dirname "$0")/steps.sh"  # step SECONDS OUTFILE CMD...
 
 { echo "date (UTC): $(date -u '+%Y-%m-%d %H:%M')"; echo "host: $(hostname), $(nproc) CPUs"
   timeout 20 nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader

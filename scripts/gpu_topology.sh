@@ -18,11 +18,7 @@ mkdir -p "$out/nccl-logs" || exit 2
 log="$out/run.txt"
 export NCCL_NVLS_ENABLE=0 PYTHONPATH=${PYTHONPATH:-.}
 
-step() {  # step SECONDS OUTFILE CMD...: run, keep stdout, note the exit status
-    local secs=$1 file=$2; shift 2
-    timeout "$secs" "$@" >"$file" 2>>"$out/stderr.txt"
-    echo "exit $? (${secs}s limit): $* > $(basename "$file")" >>"$log"
-}
+. "$(dirname "$0")/steps.sh"  # step SECONDS OUTFILE CMD...
 
 { echo "date (UTC): $(date -u '+%Y-%m-%d %H:%M')"; echo "host: $(hostname), $(nproc) CPUs, kernel $(uname -r)"
   timeout 20 nvidia-smi --query-gpu=index,name,driver_version,pci.bus_id --format=csv,noheader
