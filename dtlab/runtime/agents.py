@@ -29,7 +29,7 @@ import weakref
 
 import psutil
 
-from . import reaper
+from . import procs, reaper
 
 _LIVE: "weakref.WeakSet[Agents]" = weakref.WeakSet()
 
@@ -129,25 +129,10 @@ class Agents:
 
     def _signal(self, sig: int) -> None:
         self._remember()
-        for p in self.procs.values():
-            try:
-                os.killpg(p.pid, sig)  # its own session: the group outlives the leader
-            except (ProcessLookupError, PermissionError):
-                pass
-        for d in self._alive_seen():
-            try:
-                d.send_signal(sig)
-            except psutil.Error:
-                pass
+        procs.signal_all(self.procs, self._alive_seen(), sig)
 
     def _wait(self, timeout: float) -> None:
-        end = time.monotonic() + timeout
-        for p in self.procs.values():
-            try:
-                p.wait(max(0.0, end - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
-        psutil.wait_procs(self._alive_seen(), timeout=max(0.0, end - time.monotonic()))
+        procs.wait_all(self.procs, self._alive_seen(), timeout)
 
 
 @atexit.register

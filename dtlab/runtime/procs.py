@@ -124,12 +124,12 @@ class RankProcs:
         desc = self.descendants()
         interrupted = None
         try:
-            self._signal_all(procs, desc, signal.SIGTERM)
-            self._wait(procs, desc, grace)
+            signal_all(procs, desc, signal.SIGTERM)
+            wait_all(procs, desc, grace)
         except KeyboardInterrupt as e:  # a second interrupt: skip the grace, but finish the job
             interrupted = e
-        self._signal_all(procs, desc, signal.SIGKILL)
-        self._wait(procs, desc, 10.0)
+        signal_all(procs, desc, signal.SIGKILL)
+        wait_all(procs, desc, 10.0)
         self.poll()
         try:
             self.ctx.close(timeout=1)  # everything is dead: closes log handles, no signals sent
@@ -141,32 +141,34 @@ class RankProcs:
             raise interrupted
         return running
 
-    @staticmethod
-    def _signal_all(procs: dict[int, subprocess.Popen], desc: list[psutil.Process], sig) -> None:
-        for p in procs.values():
-            # the rank leads its own session (start_new_session): its group holds its children,
-            # and outlives the leader, so signal it even when the rank itself has exited
-            try:
-                os.killpg(p.pid, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
-        for d in desc:
-            try:
-                d.send_signal(sig)
-            except psutil.Error:
-                pass
 
-    @staticmethod
-    def _wait(procs: dict[int, subprocess.Popen], desc: list[psutil.Process], timeout: float) -> None:
-        end = time.monotonic() + timeout
-        for p in procs.values():
-            try:
-                p.wait(max(0.0, end - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
-        # descendants are grandchildren, never ours to reap, so psutil may wait on them
-        # (for our own children it would reap them behind Popen's back and lose exit codes)
-        psutil.wait_procs(desc, timeout=max(0.0, end - time.monotonic()))
+def signal_all(procs: dict, desc: list[psutil.Process], sig) -> None:
+    """``sig`` to each process's group and to each of ``desc``. Each process leads its own
+    session (start_new_session): its group holds its children, and outlives the leader, so the
+    group is signalled even when the process itself has exited. Also used by :mod:`.agents`."""
+    for p in procs.values():
+        try:
+            os.killpg(p.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+    for d in desc:
+        try:
+            d.send_signal(sig)
+        except psutil.Error:
+            pass
+
+
+def wait_all(procs: dict, desc: list[psutil.Process], timeout: float) -> None:
+    """Wait up to ``timeout`` s in all for ``procs`` (our children, through Popen) and ``desc``."""
+    end = time.monotonic() + timeout
+    for p in procs.values():
+        try:
+            p.wait(max(0.0, end - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
+    # descendants are grandchildren, never ours to reap, so psutil may wait on them
+    # (for our own children it would reap them behind Popen's back and lose exit codes)
+    psutil.wait_procs(desc, timeout=max(0.0, end - time.monotonic()))
 
 
 @atexit.register
