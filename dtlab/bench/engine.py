@@ -131,22 +131,21 @@ def sweep(op: str | Sequence[str] = "all_reduce", min_bytes: int | str = 8,
 
 
 # What every dtlab launch turns on for the post-mortem and a benchmark does not need: Flight
-# Recorder records each collective with its Python stack, ~+25 us of host time per eager
+# Recorder records each collective with its Python stack, ~10-13 us of host time per eager
 # all_reduce on 2x H200 (torch 2.11; BENCHMARKS.md). Off in the ranks of a sweep, unless this
 # shell set it.
 def quiet_env(graph: bool = False) -> dict[str, str]:
     """The ranks' environment for a measurement, where the user left these unset: Flight
-    Recorder off (torch 2.11 reads TORCH_FR_BUFFER_SIZE and warns about the older name); with
+    Recorder off (under the name this torch reads, evidence.fr_buffer_var); with
     ``graph``, NCCL_GRAPH_MIXING_SUPPORT=0 -- NCCL's support for graph launches mixed with
     outstanding eager calls on one communicator, which a benchmark never has, cost a captured
     8 B all_reduce 18.6 us a call instead of 4.6 on 2x H200 (data/h200x2-bandwidth/
     graph_variants.txt)."""
-    from ..runtime.evidence import _torch_at_least
+    from ..runtime.evidence import FR_BUFFER_VARS, fr_buffer_var
 
     env = {}
-    names = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")
-    if not any(k in os.environ for k in names):
-        env[names[0] if _torch_at_least(2, 11) else names[1]] = "0"
+    if not any(k in os.environ for k in FR_BUFFER_VARS):
+        env[fr_buffer_var()] = "0"
     if graph and "NCCL_GRAPH_MIXING_SUPPORT" not in os.environ:
         env["NCCL_GRAPH_MIXING_SUPPORT"] = "0"
     return env

@@ -36,25 +36,37 @@ FR_PREFIX = "fr_trace_"
 FR_SIZE = "2000"
 
 
+# Flight Recorder's buffer size, by either name torch has read it under
+FR_BUFFER_VARS = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")
+
+
+def fr_buffer_var() -> str:
+    """The buffer-size name to set: torch 2.11 (seen on the H200s) reads the TORCH_FR_* names
+    and warns about the TORCH_NCCL_* ones; the old names still work as aliases, so older torch
+    gets those."""
+    return FR_BUFFER_VARS[0] if _torch_at_least(2, 11) else FR_BUFFER_VARS[1]
+
+
 def fr_env(backend: str, fr_dir: str, user_env: dict[str, str]) -> dict[str, str]:
-    """Environment that turns Flight Recorder on and points its dumps at ``fr_dir``."""
+    """Environment that turns Flight Recorder on and points its dumps at ``fr_dir``. A buffer
+    size the caller or the shell set, under either name, is left alone (0 turns it off)."""
     env = {"DTLAB_FR_DIR": fr_dir}
 
     def default(key: str, value: str) -> None:
         if key not in user_env and key not in os.environ:
             env[key] = value
 
+    buffer_set = any(k in user_env or k in os.environ for k in FR_BUFFER_VARS)
     if backend == "nccl":
-        # torch 2.11 (seen on the H200s) reads the TORCH_FR_* names and warns about the
-        # TORCH_NCCL_* ones; the old names still work as aliases, so older torch gets those
         new = _torch_at_least(2, 11)
-        default("TORCH_FR_BUFFER_SIZE" if new else "TORCH_NCCL_TRACE_BUFFER_SIZE", FR_SIZE)
+        if not buffer_set:
+            env[fr_buffer_var()] = FR_SIZE
         default("TORCH_NCCL_DUMP_ON_TIMEOUT", "1")
         default("TORCH_FR_DUMP_TEMP_FILE" if new else "TORCH_NCCL_DEBUG_INFO_TEMP_FILE",
                 os.path.join(fr_dir, FR_PREFIX))
         default("TORCH_NCCL_DEBUG_INFO_PIPE_FILE", os.path.join(fr_dir, "pipe_"))
-    else:
-        default("TORCH_FR_BUFFER_SIZE", FR_SIZE)
+    elif not buffer_set:
+        env["TORCH_FR_BUFFER_SIZE"] = FR_SIZE
     return env
 
 

@@ -195,3 +195,20 @@ def test_a_killed_pool_rank_shows_its_own_last_words():
         text = ei.value.failures[1]
         assert "NEW words" in text and "OLD words" not in text
         assert pool.broken
+
+
+@pytest.mark.parametrize("backend", ["gloo", "nccl"])
+def test_flight_recorder_buffer_set_by_the_caller_under_either_name_is_left_alone(backend, monkeypatch):
+    """dtlab.bench turns Flight Recorder off (quiet_env); the launch must not turn it back on
+    under the other name."""
+    from dtlab.bench.engine import quiet_env
+    from dtlab.runtime.evidence import FR_BUFFER_VARS, fr_env
+
+    for k in FR_BUFFER_VARS:
+        monkeypatch.delenv(k, raising=False)
+    assert [k for k in FR_BUFFER_VARS if k in fr_env(backend, "/fr", {})] != []  # on by default
+    for name in FR_BUFFER_VARS:
+        assert not any(k in fr_env(backend, "/fr", {name: "0"}) for k in FR_BUFFER_VARS)
+    off = quiet_env()
+    assert list(off.values()) == ["0"] and not any(k in fr_env(backend, "/fr", off)
+                                                   for k in FR_BUFFER_VARS)
