@@ -58,6 +58,7 @@ def _fingerprinter(is_a=isinstance, code_type=types.CodeType):
 
 
 _codes, fingerprint = _fingerprinter()
+_SUBSTANCE = 64  # bytes of bytecode below which a function is too generic to call a copy
 
 
 def _modules(targets: tuple[str, ...], functions: list[Callable]) -> set[types.ModuleType]:
@@ -144,19 +145,19 @@ def arm(fn: Callable, targets: tuple[str, ...]) -> str | None:
     # a function's own code (its nested code is inside its fingerprint), and only one with some
     # substance: a one-line property or a generator expression is written alike everywhere
     prints = {fingerprint(f.__code__): f"{f.__module__}.{f.__qualname__}" for f in functions
-              if len(f.__code__.co_code) >= 64}
+              if len(f.__code__.co_code) >= _SUBSTANCE}
     for name, path in unloaded:  # compiled, not run: the same code objects, no imports
         with open(path, encoding="utf-8") as f:
             module = compile(f.read(), path, "exec")
         prints.update({fingerprint(c): f"{name}.{c.co_name}" for c in _codes(module)
-                       if c is not module and len(c.co_code) >= 64})
+                       if c is not module and len(c.co_code) >= _SUBSTANCE})
     patterns = {v.pattern: f"{m.__name__}.{k}" for m in modules for k, v in vars(m).items()
                 if type(v) is re.Pattern}
     own = {id(f.__code__) for f in functions}  # the library's functions themselves (imported by
     copied = None                               # name, refused where they are) are no copies
     for obj in _reachable(fn):
-        if isinstance(obj, types.CodeType) and id(obj) not in own and fingerprint(obj) in prints:
-            copied = prints[fingerprint(obj)]
+        if isinstance(obj, types.CodeType) and id(obj) not in own:
+            copied = prints.get(fingerprint(obj))
         elif isinstance(obj, re.Pattern) and obj.pattern in patterns:
             copied = f"the pattern {patterns[obj.pattern]}"
         if copied:
