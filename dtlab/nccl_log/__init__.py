@@ -24,7 +24,8 @@ then ``dtlab nccl-log /tmp/nccl`` (or ``--json``), or from Python:
 The work is done in small passes, one module each: ``sources`` (inputs -> texts), ``lines``
 and ``tuning`` (one line -> fields), ``assemble`` (lines -> each process's communicators),
 ``groups`` (communicators matched across processes; the world one), ``divergence``
-(the first call where ranks disagree), ``report`` (the human summary).
+(the first call where ranks disagree), ``net`` and ``nodes`` (hosts, nNodes, and how the bytes
+cross nodes: NET/IB or NET/Socket, which NIC, GPUDirect RDMA), ``report`` (the human summary).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from __future__ import annotations
 from .assemble import assemble
 from .divergence import divergence
 from .groups import group, select, world
+from .nodes import nodes
 from .model import Call, CommView, Communicator, Transport
 from .result import NcclLog
 from .sources import NotAnNcclLog, Sources, numbered_lines, read_sources
@@ -76,5 +78,5 @@ def parse(src: Sources, comm: str | int | None = None) -> NcclLog:
         versions={label(k): v for k, v in asm.versions.items()},
         env_by_process={label(k): asm.env.get(k, {}) for k in asm.processes},
         networks={label(k): v for k, v in asm.networks.items()},
-        warnings=asm.warnings, errors=asm.errors,
+        warnings=asm.warnings, errors=asm.errors, nodes=nodes(asm),
         overlong_lines={s.name: s.overlong for s in sources if s.overlong})

@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from . import lines
+from . import lines, net
 from .model import Call, CommView, Transport
 from .tuning import TABLE_KINDS
 
@@ -76,6 +76,14 @@ class Assembly:
     errors: list[dict] = field(default_factory=list)  # "file.cc:123 -> 5" error-trace lines
     nccl_lines: dict[str, int] = field(default_factory=dict)  # source -> lines recognised
     unattributed: int = 0
+    # process-level facts for the multi-node pass (nodes.py), kept whether or not a line could be
+    # given to a communicator: excerpts of logs often lack the Init lines that would place them
+    net: dict[tuple[str, int], dict] = field(default_factory=dict)  # bootstrap, NICs, GDR lines
+    links: list[dict] = field(default_factory=list)  # every connection line, with its host
+    placements: list[dict] = field(default_factory=list)  # {rank, nranks, host}: init/comm lines
+    node_counts: list[dict] = field(default_factory=list)  # "nNodes" lines, with their host
+    ring_orders: list[dict] = field(default_factory=list)  # "Channel 00/02 : 0 1 ..." lines
+    test_ranks: list[dict] = field(default_factory=list)  # nccl-tests' "# Rank ... on host" rows
 
     @property
     def views(self) -> list[CommView]:
@@ -157,12 +165,29 @@ def _on_owned(view: CommView, kind: str, f: dict) -> None:
         view.tuning.feed(kind, f)
 
 
+def _note_placement(out: Assembly, rec: lines.Record, kind: str, f: dict) -> None:
+    """Lines that say which host a rank runs on, or how many nodes NCCL counted."""
+    where = {"host": rec.host, "pid": rec.pid}
+    if kind == "transport":
+        out.links.append({**where, **f})
+    elif kind == "init" and f["phase"] == "Init START":
+        out.placements.append({**where, "rank": f["rank"], "nranks": f["nranks"]})
+    elif kind == "comm_info":
+        out.placements.append({**where, "rank": f["rank"], "nranks": f["nranks"]})
+        out.node_counts.append({**where, **f})
+    elif kind == "ring_order":
+        out.ring_orders.append({**where, **f})
+
+
 def assemble(numbered_lines: Iterable[tuple[str, int, str]]) -> Assembly:
     """Pass 2 over (source, line number, text) triples, in the order they were written."""
     out = Assembly()
     for source, lineno, text in numbered_lines:
         rec = lines.split_line(text, source, lineno)
         if rec is None:
+            row = net.nccl_tests_rank(text)
+            if row:
+                out.test_ranks.append(row)
             v = lines.bare_version(text)
             if v:
                 out.versions.setdefault(None, (v["version"], v["cuda"]))
@@ -177,10 +202,11 @@ def assemble(numbered_lines: Iterable[tuple[str, int, str]]) -> Assembly:
                                  "dev": rec.dev, "msg": rec.msg, "source": source,
                                  "line": lineno})
             continue
-        found = lines.classify(rec.msg)
+        found = lines.classify(rec.msg) or net.classify_net(rec.msg)
         if not found:
             continue
         kind, f = found
+        _note_placement(out, rec, kind, f)
         if kind == "version":
             out.versions.setdefault(key, (f["version"], f["cuda"]))
         elif kind == "env":
@@ -188,6 +214,10 @@ def assemble(numbered_lines: Iterable[tuple[str, int, str]]) -> Assembly:
         elif kind == "error_trace":
             out.errors.append({"host": rec.host, "pid": rec.pid, "tid": rec.tid, **f,
                                "source": source, "line": lineno})
+        elif kind in ("bootstrap", "net_devices", "gdr"):
+            facts = out.net.setdefault(key, {"bootstrap": [], "net_devices": [], "gdr": []})
+            if f not in facts[kind]:
+                facts[kind].append(f)
         elif kind == "network":
             nets = out.networks.setdefault(key, [])
             if f["network"] not in nets:

@@ -40,6 +40,34 @@ def _algorithms(calls: list[Call]) -> str:
     return ", ".join(f"{k} x{n}" for k, n in used.most_common(6))
 
 
+def _nodes(n: dict) -> list[str]:
+    """The multi-node lines: only where ranks sit on several nodes or talk over the network."""
+    cross = n.get("cross_node") or {}
+    if not n or ((n["n_nodes"] or 0) < 2 and not cross.get("nets")):
+        return []
+    out = [f"nodes: {n['n_nodes']} (from {n['n_nodes_from']})"]
+    for host, h in n["hosts"].items():
+        nets = "; ".join(dict.fromkeys(f"NET/{x['net']} " + (" ".join(x["devices"]) or "no device")
+                                       for x in h["nets"]))
+        off = [f"{g['name'] or g['hca']}" + (f" ({g['why']})" if g["why"] else "")
+               for g in h["gdr"] if not g["enabled"]]
+        if off:
+            nets += f"  GPUDirect RDMA off for {', '.join(off)}"
+        out.append(f"  {host[:20]:<20} ranks {h['ranks'] or '?'}  bootstrap "
+                   f"{', '.join(h['bootstrap']) or '-'}  {nets}")
+    if cross.get("nets"):
+        gdr = {True: "GPUDirect RDMA", False: "no GPUDirect RDMA", "mixed": "GDRDMA on some"}
+        out.append(f"  across nodes: {', '.join(cross['nets'])} NIC {cross['nics']}, "
+                   f"{gdr.get(cross['gdrdma'], '?')}, channels {cross['channels']}")
+    if n.get("within_node"):
+        out.append(f"  within a node: {', '.join(n['within_node'])}")
+    for r in n.get("rings", [])[:2]:
+        out.append(f"  ring {r['channel']}: {' '.join(map(str, r['order']))}; leaves a node at "
+                   + (", ".join(f"{a}->{b}" for a, b in r["crossings"]) or "-"))
+    out += [f"  note: {x}" for x in n.get("notes", [])]
+    return out
+
+
 def summary(log: NcclLog) -> str:
     """The human-readable report.
 
@@ -65,6 +93,7 @@ def summary(log: NcclLog) -> str:
     if log.overlong_lines:  # said early: it holds even when no communicator was found
         out.append(f"skipped lines longer than {MAX_LINE // 1024} KiB (not NCCL's): " + ", ".join(
             f"{n} in {name}" for name, n in log.overlong_lines.items()))
+    out += _nodes(log.nodes)
     c = log.selected
     if c is None:
         out.append("no communicator found (no INIT or COLL lines)")

@@ -33,6 +33,7 @@ class NcclLog:
     skipped_sources: list[str] = field(default_factory=list)
     overlong_lines: dict[str, int] = field(default_factory=dict)  # source -> lines skipped as
     # longer than sources.MAX_LINE (no NCCL line is)
+    nodes: dict = field(default_factory=dict)  # nodes.nodes(): hosts, nNodes, cross-node links
 
     # ---- single facts, merged over processes ----
     @property
@@ -118,6 +119,7 @@ class NcclLog:
             "divergence": self.divergence,
             "alignment": self.alignment,
             "communicators": [c.to_dict() for c in self.communicators],
+            "nodes": self.nodes,
             "warnings": self.warnings,
             "errors": self.errors,
         }

@@ -6,7 +6,7 @@ import importlib
 import pytest
 
 MODULES = ["codes", "lines", "tuning", "model", "assemble", "groups", "divergence", "sources",
-           "result", "report"]
+           "result", "report", "net", "nodes"]
 
 
 @pytest.mark.parametrize("name", ["dtlab.nccl_log"] + [f"dtlab.nccl_log.{m}" for m in MODULES])
