@@ -37,6 +37,6 @@ runs = [('none', False)] + [(b, f) for b in BUGS[1:] for f in (False, True)]
 print(json.dumps([r.to_json() for r in compare_many(runs, nprocs=$n, backend='nccl', timeout=150)], indent=1))"
   step 60 "$out/batchnorm-fix-n$n.json" python3 -m dtlab parity --bug batchnorm --fix --nprocs "$n" --backend nccl --json
 done
-step 240 "$out/scaling.json" python3 -c "import json; from dtlab.parity.scaling import report
+step 300 "$out/scaling.json" python3 -c "import json; from dtlab.parity.scaling import report
 print(json.dumps(report([1, 2, 4] if $ngpu >= 4 else [1, 2], backend='nccl', model='mlp-large', per_rank_batch=512, steps=20, command='scripts/gpu_parity.sh'), indent=1, default=str))"
 cat "$log"

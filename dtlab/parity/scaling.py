@@ -6,7 +6,7 @@ started)::
     throughput([1, 2], backend="gloo")  DataFrame per world size: step_ms, samples_per_s, efficiency
     profile_split(2, backend="gloo")    dict per step, rank 0: compute_ms, comm_ms, overlap_ms
     buckets([0.05, 0.5, 25])            DataFrame: bucket_cap_mb, allreduce_calls, step_ms
-    plot(thr, bkt); report([1, 2])      a Figure; all three as JSON-able data + provenance
+    plot(thr, bkt); report([1, 2])      a Figure; all of them (and unused.cost) as JSON + provenance
 
     python -c "from dtlab.parity.scaling import throughput; print(throughput([1, 2]))"
     dtlab parity --scaling --nprocs 2 --backend gloo --json
@@ -266,7 +266,8 @@ def profile_split(nprocs: int = 2, model: str = "mlp", steps: int = 3, per_rank_
     r0 = res.values[0]
     out = split(r0["events"], steps, r0["device"])
     out.update(nranks=nprocs, step_ms=1e3 * r0["wall_s"] / steps, device=r0["device"],
-               exposed_comm_ms=out["comm_ms"] - out["overlap_ms"])
+               exposed_comm_ms=out["comm_ms"] - out["overlap_ms"],
+               overlap_fraction=out["overlap_ms"] / out["comm_ms"] if out["comm_ms"] else None)
     return out
 
 
@@ -319,27 +320,54 @@ def plot(thr=None, bkt=None):
     return fig
 
 
+def model_size(model: str = "mlp") -> dict:
+    """Parameters and float32 gradient MiB of :data:`MODELS`' ``model`` (what buckets split).
+
+    >>> model_size("mlp")
+    {'model': 'mlp', 'width': 256, 'depth': 6, 'params': 397322, 'grad_mib': 1.5157}
+    """
+    if model not in MODELS:
+        raise ValueError(f"model={model!r} is not one of {', '.join(MODELS)}.")
+    width, depth = MODELS[model]
+    params = depth * (width * width + width) + width * CLASSES + CLASSES
+    return {"model": model, "width": width, "depth": depth, "params": params,
+            "grad_mib": round(4 * params / 2**20, 4)}
+
+
 def report(nranks_list=(1, 2), backend: str = "auto", model: str = "mlp", steps: int = 10,
            caps=(0.05, 0.5, 25), per_rank_batch: int = 64, command: str = "") -> dict:
-    """All three measurements as JSON-able data, with provenance (host, date, versions)."""
+    """Every measurement as JSON-able data, with provenance (host, date, versions):
+    ``model`` (:func:`model_size`), ``throughput`` (rows of :func:`throughput`, ``efficiency``
+    among them), ``profile`` (:func:`profile_split`, ``overlap_fraction`` among them) on the
+    largest world size (at least 2), ``buckets`` (rows of :func:`buckets`), ``find_unused``
+    (:func:`dtlab.parity.unused.cost`: ``find_unused_parameters`` on vs off), ``provenance``."""
     import datetime
     import os
     import platform
 
     import torch
 
+    from .unused import cost
+
     _check(nranks_list, model, steps, per_rank_batch, backend, list(caps))
-    top = max(nranks_list)
+    top = max(max(nranks_list), 2)
     kw = {"model": model, "backend": backend, "per_rank_batch": per_rank_batch}
-    return {"throughput": throughput(nranks_list, steps=steps, **kw).to_dict("records"),
-            "profile": profile_split(max(top, 2), **kw),
-            "buckets": buckets(caps, nprocs=max(top, 2), **kw).to_dict("records"),
+    cuda = torch.cuda.is_available()
+    return {"model": model_size(model),
+            "throughput": throughput(nranks_list, steps=steps, **kw).to_dict("records"),
+            "profile": profile_split(top, **kw),
+            "buckets": buckets(caps, nprocs=top, **kw).to_dict("records"),
+            "find_unused": cost(top, steps=max(steps, 10), **kw),
             "provenance": {"host": platform.node(), "cpus": os.cpu_count(),
                            "date_utc": datetime.datetime.now(datetime.timezone.utc)
                            .strftime("%Y-%m-%d %H:%M"), "torch": torch.__version__,
                            "cuda": torch.version.cuda,
-                           "gpus": torch.cuda.device_count(), "model": model,
+                           "nccl": ".".join(map(str, torch.cuda.nccl.version())) if cuda else None,
+                           "gpus": torch.cuda.device_count(),
+                           "gpu_name": torch.cuda.get_device_name(0) if cuda else None,
+                           "model": model, "per_rank_batch": per_rank_batch, "steps": steps,
                            "command": command}}
 
 
-__all__ = ["MODELS", "throughput", "profile_split", "buckets", "split", "plot", "report"]
+__all__ = ["MODELS", "model_size", "throughput", "profile_split", "buckets", "split", "plot",
+           "report"]

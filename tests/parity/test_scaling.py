@@ -93,3 +93,35 @@ def test_cli_scaling_refuses_a_bug(capsys):
     assert cli.main(["parity", "--scaling", "--bug", "sum_loss"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("dtlab parity: ") and "--scaling" in err and err.count("\n") == 1
+
+
+def test_report_has_every_part_and_its_provenance(monkeypatch, thr, bkt):
+    """report() assembles the parts (each measured by the tests above) without launching again."""
+    from dtlab.parity import unused
+
+    monkeypatch.setattr(scaling, "throughput", lambda *a, **k: thr)
+    monkeypatch.setattr(scaling, "buckets", lambda *a, **k: bkt)
+    monkeypatch.setattr(scaling, "profile_split", lambda n, **k: {"nranks": n, "overlap_ms": 1.0,
+                                                                   "comm_ms": 4.0})
+    monkeypatch.setattr(unused, "cost", lambda n, **k: {"nranks": n, "ratio": {}})
+    rep = scaling.report([1, 2], backend="gloo", model="mlp-small", command="pytest")
+    assert set(rep) == {"model", "throughput", "profile", "buckets", "find_unused", "provenance"}
+    assert rep["model"] == scaling.model_size("mlp-small") and rep["model"]["params"] == 17290
+    assert [r["nranks"] for r in rep["throughput"]] == [1, 2] and "efficiency" in rep["throughput"][0]
+    assert rep["profile"]["nranks"] == rep["find_unused"]["nranks"] == 2
+    assert rep["provenance"]["command"] == "pytest" and rep["provenance"]["torch"]
+    json_ok = __import__("json").dumps(rep, default=str)
+    assert "bucket_cap_mb" in json_ok
+
+
+def test_overlap_fraction_is_overlap_over_comm(monkeypatch):
+    import dtlab.runtime.launch as launch
+
+    class Fake:
+        values = [{"events": [("gloo:all_reduce", 2, 0, 10), ("aten::mm", 1, 5, 20)],
+                   "wall_s": 0.04, "device": "cpu"}]
+
+    monkeypatch.setattr(launch, "run", lambda *a, **k: Fake)
+    out = scaling.profile_split(2, steps=2, model="mlp-small", backend="gloo")
+    assert out["overlap_fraction"] == pytest.approx(out["overlap_ms"] / out["comm_ms"]) == 0.5
+    assert out["exposed_comm_ms"] == pytest.approx(out["comm_ms"] - out["overlap_ms"])
