@@ -5,8 +5,10 @@ Contract: :func:`train` launches :func:`rank_train` through ``dtlab.run`` and re
 ``losses`` (the loss averaged over ranks, one per step), and per rank ``step_s`` (median seconds
 per step after the first ``WARMUP_STEPS``), ``tokens_per_s``, ``peak_bytes`` (CUDA
 ``max_memory_allocated``; None on CPU), ``matmul_flops`` (bf16 matmul FLOP/s measured on that
-GPU in the same job; None on CPU) and ``mfu``. Bad arguments raise ValueError before anything
-starts. From a terminal::
+GPU in the same job; None on CPU) and ``mfu``; and ``gpu_panel``, the live GPU panel's summary
+(:mod:`.panel`; None without GPUs). Bad arguments raise ValueError before anything starts. In a
+notebook, rank 0's steps show as a bar updated in place, beside every GPU's utilisation and
+memory. From a terminal::
 
     dtlab capstone train --size tiny --steps 30 --nprocs 2 --backend gloo
     dtlab capstone train --size 1b --steps 20 --json          # 2+ GPUs
@@ -26,8 +28,11 @@ datasheet number.
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 import statistics
 import sys
+import tempfile
 import time
 
 from .model import CONFIGS
@@ -109,9 +114,11 @@ def make_optimizer(model, lr: float):
 
 def rank_train(size: str = "tiny", steps: int = 30, batch: int | None = None,
                seq: int | None = None, data: str = "text", seed: int = 0,
-               progress: bool = True) -> dict:
+               progress: bool = True, progress_file: str | None = None) -> dict:
     """Rank side of :func:`train` (call it inside ``dtlab.run``). ``data``: "text" (the standard
-    library's sources as bytes, :mod:`.data`) or "random" (uniform ids, the benchmark's)."""
+    library's sources as bytes, :mod:`.data`) or "random" (uniform ids, the benchmark's).
+    ``progress``: rank 0 prints a ``[capstone] step`` line per step; ``progress_file``: rank 0
+    appends the step as a JSON line there instead (the notebook's bar reads it, :mod:`.panel`)."""
     import torch
     import torch.distributed as dist
 
@@ -147,6 +154,10 @@ def rank_train(size: str = "tiny", steps: int = 30, batch: int | None = None,
         times.append(time.perf_counter() - t0)
         local.append(loss.item())
         losses.append(mean)
+        if progress_file and rank == 0:
+            _append_line(progress_file, {"step": step + 1, "steps": steps, "loss": mean,
+                                         "ms": times[-1] * 1e3,
+                                         "tok_s": cfg.batch * cfg.seq / times[-1]})
         if progress and rank == 0:
             print(f"[capstone] step {step + 1}/{steps} loss {mean:.4f} "
                   f"{times[-1] * 1e3:.0f} ms/step "
@@ -165,19 +176,53 @@ def rank_train(size: str = "tiny", steps: int = 30, batch: int | None = None,
             "torch": torch.__version__}
 
 
+def _append_line(path: str, record: dict) -> None:
+    """One JSON line, opened and closed per step (~20 us): nothing is held open if the rank
+    dies, and the parent's tail sees the whole line at once."""
+    with open(path, "a") as f:
+        f.write(json.dumps(record) + "\n")
+
+
 def train(size: str = "tiny", steps: int = 30, nprocs: int | None = 2, backend: str = "auto",
           batch: int | None = None, seq: int | None = None, data: str = "text",
-          timeout: float | None = 600, progress: bool = True) -> dict:
-    """Train on ``nprocs`` ranks; the summary described in the module docstring."""
+          timeout: float | None = 600, progress: bool | str = True, panel=None) -> dict:
+    """Train on ``nprocs`` ranks; the summary described in the module docstring, plus
+    ``gpu_panel`` (:meth:`.panel.GpuPanel.summary`: mean/max utilisation and peak memory per
+    GPU over the run; None without GPUs).
+
+    ``progress``: True shows rank 0's steps as a bar updated in place in a notebook and as
+    ``[capstone] step`` lines elsewhere; "bar" or "lines" chooses; False shows none.
+    ``panel``: the live GPU panel (:mod:`.panel`) around the launch -- None: on when GPUs are
+    visible; True: on, or one line saying why it is off; False: off; or a :class:`GpuPanel` of
+    your own (not yet started), to keep its ``samples``.
+
+    >>> s = train("tiny", 30, nprocs=2, backend="gloo")   # doctest: +SKIP
+    >>> s["losses"][-1] < s["losses"][0], s["gpu_panel"]  # doctest: +SKIP
+    (True, None)
+    """
     from ..runtime.launch import run
     from ..runtime.plan import resolve
+    from .panel import GpuPanel, StepProgress
 
     check_args(size, steps, batch, seq)
     if data not in ("text", "random"):
         raise ValueError(f"data={data!r} is not one of: text, random.")
+    mode = progress_mode(progress)
+    if not (panel is None or isinstance(panel, (bool, GpuPanel))):
+        raise ValueError(f"panel={panel!r} must be None, True, False or a GpuPanel.")
     resolve(nprocs, backend)   # bad --nprocs / --backend: refused before anything starts
-    res = run(rank_train, size, steps, batch, seq, data, nprocs=nprocs, backend=backend,
-              timeout=timeout, progress=progress)
+    with tempfile.TemporaryDirectory(prefix="dtlab-capstone-") as tmp:
+        steps_file = os.path.join(tmp, "steps.jsonl") if mode == "bar" else None
+        bar = StepProgress(steps_file) if steps_file else None
+        if isinstance(panel, GpuPanel):
+            live = panel
+            live.progress = live.progress or bar
+        else:   # False: the bar alone; None: quiet about a missing GPU outside a notebook
+            live = GpuPanel(progress=bar, gpus=panel is not False,
+                            show_off=True if panel is True else None)
+        with live:
+            res = run(rank_train, size, steps, batch, seq, data, nprocs=nprocs, backend=backend,
+                      timeout=timeout, progress=mode == "lines", progress_file=steps_file)
     ranks = res.values
     first = ranks[0]
     keep = ("world", "backend", "size", "config", "n_params", "data", "losses", "torch")
@@ -185,7 +230,21 @@ def train(size: str = "tiny", steps: int = 30, nprocs: int | None = 2, backend: 
     out["ranks"] = [{k: r[k] for k in ("rank", "device", "step_s", "tokens_per_s", "peak_bytes",
                                        "matmul_flops", "mfu", "local_numel",
                                        "local_losses")} for r in ranks]
+    out["gpu_panel"] = live.summary()
     return out
+
+
+def progress_mode(progress: bool | str) -> str | None:
+    """"bar" (a notebook kernel), "lines" (elsewhere) or None, from ``train(progress=...)``."""
+    from ..runtime.output import in_notebook_kernel
+
+    if progress is True:
+        return "bar" if in_notebook_kernel() else "lines"
+    if progress is False or progress is None:
+        return None
+    if progress in ("bar", "lines"):
+        return progress
+    raise ValueError(f"progress={progress!r} is not one of: True, False, 'bar', 'lines'.")
 
 
 def format_summary(s: dict) -> str:
@@ -203,4 +262,8 @@ def format_summary(s: dict) -> str:
         mfu = f"{100 * r['mfu']:.1f}%" if r["mfu"] is not None else "-"
         lines.append(f"{r['rank']:>4} {r['device']:>8} {r['step_s'] * 1e3:>9.1f} "
                      f"{r['tokens_per_s']:>10.0f} {mem:>9} {tf:>11} {mfu:>6}")
+    if s.get("gpu_panel"):
+        from .panel import format_summary as gpu_table
+
+        lines.append(gpu_table(s["gpu_panel"]))
     return "\n".join(lines)

@@ -6,8 +6,12 @@
 Measured (torch 2.13 CPU, Python 3.11 stdlib as text, seed 0): the rank-averaged loss goes from
 ~5.6 (ln 256 = 5.55: uniform over bytes) to ~3.0 in 30 steps; mean of the first 5 steps 4.96,
 of the last 5 steps 3.00. The test asks for a drop of at least 1.0 nat.
+
+The same launch runs the notebook's view: rank 0's steps go to the bar (``progress="bar"``)
+instead of its stderr, and a GPU panel with a fake reader (no GPU here) polls around it.
 """
 
+import io
 import math
 import statistics
 
@@ -15,15 +19,33 @@ import pytest
 
 from conftest import assert_no_descendants
 from dtlab.capstone import CONFIGS, n_params, train
+from dtlab.capstone.panel import GpuPanel
 
 STEPS = 30
 
 
+class FakeGpus:
+    source = "fake"
+
+    def read(self):
+        return [{"gpu": g, "name": "fake GPU", "util": 50.0, "mem_used": 1024.0 * (g + 1),
+                 "mem_total": 8192.0} for g in (0, 1)]
+
+    def close(self):
+        pass
+
+
 @pytest.fixture(scope="module")
-def summary():
-    s = train("tiny", STEPS, nprocs=2, backend="gloo", timeout=120)
+def run():
+    panel = GpuPanel(interval=0.2, reader=FakeGpus(), notebook=False, stream=io.StringIO())
+    s = train("tiny", STEPS, nprocs=2, backend="gloo", timeout=120, progress="bar", panel=panel)
     assert_no_descendants()
-    return s
+    return s, panel
+
+
+@pytest.fixture(scope="module")
+def summary(run):
+    return run[0]
 
 
 def test_loss_falls(summary):
@@ -55,3 +77,16 @@ def test_measurements_per_rank(summary):
         assert r["step_s"] > 0
         assert r["tokens_per_s"] == pytest.approx(cfg["batch"] * cfg["seq"] / r["step_s"])
         assert r["peak_bytes"] is None and r["matmul_flops"] is None and r["mfu"] is None  # CPU
+
+
+def test_the_bar_saw_every_step_and_the_panel_stopped(run):
+    s, panel = run
+    bar = panel.progress
+    assert bar.last["step"] == bar.last["steps"] == STEPS
+    assert bar.last["loss"] == pytest.approx(s["losses"][-1])
+    assert bar.first_loss == pytest.approx(s["losses"][0])
+    assert not panel.running
+    last = panel.stream.getvalue().splitlines()[-1]    # the terminal's final compact line
+    assert last.startswith(f"step {STEPS}/{STEPS} [") and "gpu 1 50% 2.0/8.0 GiB" in last
+    gpus = s["gpu_panel"]["gpus"]
+    assert s["gpu_panel"]["polls"] >= 1 and [g["mem_peak_mib"] for g in gpus] == [1024, 2048]
