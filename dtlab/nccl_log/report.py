@@ -40,6 +40,12 @@ def _algorithms(calls: list[Call]) -> str:
     return ", ".join(f"{k} x{n}" for k, n in used.most_common(6))
 
 
+def nodes_summary(n: dict) -> str:
+    """``parse(...).nodes`` as a few lines: hosts with ranks, bootstrap interface and NICs; the
+    network, NIC and GPUDirect RDMA between nodes; where each ring leaves a node."""
+    return "\n".join(_nodes(n)) or "one node, no network connections"
+
+
 def _nodes(n: dict) -> list[str]:
     """The multi-node lines: only where ranks sit on several nodes or talk over the network."""
     cross = n.get("cross_node") or {}
