@@ -1,11 +1,13 @@
 """Break the capstone's training job on purpose, let dtlab collect the evidence, diagnose it.
 
-    dtlab capstone hang [--bug KIND] [--nprocs N] [--backend B] [--out DIR] [--json]
+    dtlab capstone hang [--bug KIND] [--nprocs N] [--backend B] [--out DIR]
+                        [--culprit R] [--at-step K] [--baseline DIR] [--json]
 
 The job is :mod:`.train`'s: the tiny Llama sharded with FSDP2 (``fully_shard`` per block, then
-the root), AdamW, the loss all-reduced every step for the log. It runs ``GOOD_STEPS`` good steps;
-then, at step ``BAD_STEP``, the culprit rank (rank 1) does one thing differently inside the
-training loop (the line is marked ``# <- the bug``). Each bug is a mistake people make:
+the root), AdamW, the loss all-reduced every step for the log. It runs good steps; then, at step
+``at_step`` (default ``BAD_STEP``), the culprit rank (default rank 1) does one thing differently
+inside the training loop (the statement under a ``# the bug (KIND)`` comment; the comment sits on
+its own line so that no traceback quotes it). Each bug is a mistake people make:
 
 * ``extra_metric``: the culprit all-reduces one more metric (its gradient norm, "for the log")
   after its step. The other ranks' next collective is FSDP2's parameter all-gather of the next
@@ -18,6 +20,11 @@ training loop (the line is marked ``# <- the bug``). Each bug is a mistake peopl
 * ``stuck_loader``: the culprit blocks fetching its next batch (a data-loading worker that never
   answers); the others enter the next forward and wait in FSDP2's all-gather until the process
   group's timeout: a hang whose culprit issued *fewer* collectives.
+* ``skip_metric``: the culprit skips the logged loss's all-reduce on one step (a rank-local
+  condition around it: "only log finite losses"); it goes on into the next forward, whose first
+  collective is FSDP2's all-gather, while the others wait in the all-reduce it skipped: the
+  mirror image of ``extra_metric`` -- the ops differ at one position, the culprit is the rank
+  that is *ahead*, and its stack is in FSDP2's all-gather, not on a line of the bug.
 
 Every run is bounded: the collective timeout (``init_process_group(timeout=...)``) is
 ``PG_TIMEOUT`` seconds, and ``dtlab.run``'s own deadline stops whatever is still stuck.
@@ -40,6 +47,7 @@ from dataclasses import dataclass
 GOOD_STEPS = 3      # good steps before the bug: the loss falls, every collective matches
 BAD_STEP = GOOD_STEPS
 CULPRIT = 1
+MAX_STEP = 8        # --at-step bound: each good step costs time, the bug is the point
 PG_TIMEOUT = 5.0    # seconds a collective may wait before gloo gives up
 TIMEOUT = 45.0      # dtlab.run's deadline for the whole job
 STUCK_S = 3600.0    # how long the stuck loader blocks: longer than any deadline
@@ -52,7 +60,8 @@ class Bug:
     what: str             # the bug, one line
     behaviour: str        # "hang" or "error": what it really does on gloo
     expect_class: str     # what dtlab diagnose should call it
-    expect: str           # what it is expected to look like
+    expect: str           # what it is expected to look like (on gloo)
+    on_nccl: str = ""     # where NCCL differs (recorded on 2x H200: data/h200x2-capstone)
 
 
 BUGS = {b.name: b for b in [
@@ -70,20 +79,49 @@ BUGS = {b.name: b for b in [
         "a rank with the longer tensor receives a short message without complaint (its gather "
         "is silently incomplete) and then loses its peer. The console names the byte counts, "
         "not the rank, so the diagnosis is size_mismatch with every rank a candidate, "
-        "confident false (TORCH_DISTRIBUTED_DEBUG=DETAIL would name the shapes)."),
+        "confident false (TORCH_DISTRIBUTED_DEBUG=DETAIL would name the shapes).",
+        "on NCCL a hang, not an error: NCCL does not check sizes; each rank's Flight Recorder "
+        "shows its own element count (512 vs 509) at the same position, the watchdog times "
+        "out. 2 ranks: both candidates, confident false."),
     Bug("stuck_loader", "the culprit blocks in data loading before its next step",
         "hang", "missing_collective",
         "a hang: the others wait in FSDP2's all-gather of the next forward until the collective "
         "timeout; the culprit is stuck in the data loader and issued fewer collectives. Its "
         "stack shows the loader, not a collective: missing_collective, culprit the rank outside "
         "any collective, confident false (stacks are one snapshot)."),
+    Bug("skip_metric", "the culprit skips the logged loss's all_reduce on one step",
+        "hang", "op_mismatch",
+        "a hang: the others wait in the loss all_reduce the culprit skipped, the culprit waits "
+        "in FSDP2's all_gather of its next forward; the Flight Recorder shows the two ops at "
+        "the same position. 3+ ranks: the culprit is the odd one out (it is ahead); 2 ranks: "
+        "both are candidates, confident false."),
 ]}
 
 # the bugs whose diagnosis dtlab gets right (class, and culprit or an honest "unsure")
-DIAGNOSED = ("extra_metric", "gather_shapes", "stuck_loader")
+DIAGNOSED = ("extra_metric", "gather_shapes", "stuck_loader", "skip_metric")
+
+# What to change, per bug: the fix a postmortem names (section 08's vocabulary).
+FIXES = {"extra_metric": "same_collectives", "skip_metric": "same_collectives",
+         "gather_shapes": "same_shapes", "stuck_loader": "unblock_rank"}
 
 
-def check_args(bug: str, nprocs: int | None, backend: str, out: str | None) -> None:
+def bug_site(bug: str) -> str:
+    """``hang.py:LINE`` of the statement a bug plants (the line under its ``# the bug (KIND)``
+    comment). ``skip_metric`` plants nothing: it leaves a line out."""
+    import inspect
+    import sys
+
+    lines = inspect.getsource(sys.modules[__name__]).splitlines()
+    marker = f"# the bug ({bug})"
+    for i, line in enumerate(lines):
+        if line.strip().startswith(marker):
+            return f"hang.py:{i + 2}"
+    raise ValueError(f"{bug!r} plants no statement of its own")
+
+
+def check_args(bug: str, nprocs: int | None, backend: str, out: str | None,
+               culprit: int | None = None, at_step: int | None = None,
+               baseline: str | None = None) -> None:
     """Raises ValueError / LaunchError for bad arguments; starts nothing."""
     from ..runtime.plan import resolve
 
@@ -92,23 +130,35 @@ def check_args(bug: str, nprocs: int | None, backend: str, out: str | None) -> N
     if nprocs is not None and (isinstance(nprocs, bool) or not isinstance(nprocs, int)
                                or nprocs < 2):
         raise ValueError(f"nprocs={nprocs!r} must be at least 2: a hang needs two ranks.")
-    resolve(nprocs, backend)
+    n = resolve(nprocs, backend).nprocs
+    if culprit is not None and (isinstance(culprit, bool) or not isinstance(culprit, int)
+                                or not 0 <= culprit < n):
+        raise ValueError(f"culprit={culprit!r} must be a rank from 0 to {n - 1}.")
+    if at_step is not None and (isinstance(at_step, bool) or not isinstance(at_step, int)
+                                or not 1 <= at_step <= MAX_STEP):
+        raise ValueError(f"at_step={at_step!r} must be a step from 1 to {MAX_STEP}: at least "
+                         f"one good step first.")
+    if baseline is not None and not os.path.isfile(os.path.join(baseline, "baseline.json")):
+        raise ValueError(f"baseline={baseline!r} holds no baseline.json: record one with "
+                         f"dtlab capstone baseline --out DIR.")
     if out is not None and os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
         raise ValueError(f"out={out!r} exists and is not an empty folder: give a new folder, so "
                          f"evidence from two runs never mixes.")
 
 
-def _stuck_batches(batches, rank: int, culprit: bool):
-    """The data loader: yields batches; on the culprit, blocks for good before step BAD_STEP."""
+def _stuck_batches(batches, culprit: bool, at_step: int):
+    """The data loader: yields batches; on the culprit, blocks for good before step at_step."""
     import threading
 
     for step, b in enumerate(batches):
-        if culprit and step == BAD_STEP:
-            threading.Event().wait(STUCK_S)  # <- the bug: a loader worker that never answers
+        if culprit and step == at_step:
+            # the bug (stuck_loader): a loader worker that never answers
+            threading.Event().wait(STUCK_S)
         yield b
 
 
-def rank_hang(bug: str, size: str = "tiny", seed: int = 0) -> dict:
+def rank_hang(bug: str, size: str = "tiny", seed: int = 0, culprit_rank: int = CULPRIT,
+              at_step: int = BAD_STEP) -> dict:
     """Rank side of :func:`hang` (inside ``dtlab.run``): the capstone's loop, broken by ``bug``."""
     import torch
     import torch.distributed as dist
@@ -120,7 +170,7 @@ def rank_hang(bug: str, size: str = "tiny", seed: int = 0) -> dict:
     from .train import make_optimizer, shard, train_step
 
     rank, world, dev = dist.get_rank(), dist.get_world_size(), rank_device()
-    culprit = rank == CULPRIT % world
+    culprit = rank == culprit_rank % world
     cfg = CONFIGS[size]
     torch.manual_seed(seed)
     with torch.device(dev):
@@ -129,28 +179,32 @@ def rank_hang(bug: str, size: str = "tiny", seed: int = 0) -> dict:
     opt = make_optimizer(model, cfg.lr)
     batches = corpus.batches(corpus.corpus(), cfg.batch, cfg.seq, rank, world, seed, dev)
     if bug == "stuck_loader":
-        batches = _stuck_batches(batches, rank, culprit)
+        batches = _stuck_batches(batches, culprit, at_step)
     losses = []
-    for step in range(GOOD_STEPS + 2):
+    for step in range(at_step + 2):
         print(f"[dtlab-step] rank={rank} step={step} phase=data t={time.time():.6f}", flush=True)
         x, y = next(batches)
         print(f"[dtlab-step] rank={rank} step={step} phase=compute t={time.time():.6f}",
               flush=True)
         loss = train_step(model, opt, x, y)
         mean = loss.clone()
-        dist.all_reduce(mean)   # the logged loss
+        # skip_metric's bug is this condition: one rank leaves the logged loss's all_reduce out
+        if not (step == at_step and bug == "skip_metric" and culprit):
+            dist.all_reduce(mean)   # the logged loss
         losses.append(mean.item() / world)
-        if step == BAD_STEP and bug == "extra_metric" and culprit:
+        if step == at_step and bug == "extra_metric" and culprit:
             norm = torch.stack([p.detach().to_local().float().norm() for p in
                                 model.parameters()]).norm()
-            dist.all_reduce(norm)   # <- the bug: a metric all-reduced on this rank only
-        if step == BAD_STEP and bug == "gather_shapes":
+            # the bug (extra_metric): a metric all-reduced on this rank only
+            dist.all_reduce(norm)
+        if step == at_step and bug == "gather_shapes":
             with torch.no_grad():
                 pred = model(x).argmax(-1).flatten()
             pad = PAD if culprit else 0                 # only the culprit's batch is padded
             keep = pred[: pred.numel() - pad]           # its non-padding positions
             parts = [torch.empty_like(keep) for _ in range(world)]
-            dist.all_gather(parts, keep)   # <- the bug: shapes differ by rank
+            # the bug (gather_shapes): shapes differ by rank
+            dist.all_gather(parts, keep)
         print(f"[dtlab-step] rank={rank} step={step} phase=done loss={losses[-1]:.4f} "
               f"t={time.time():.6f}", flush=True)
     dump_own_trace(rank)
@@ -159,30 +213,40 @@ def rank_hang(bug: str, size: str = "tiny", seed: int = 0) -> dict:
 
 def hang(bug: str = "extra_metric", nprocs: int | None = 2, backend: str = "auto",
          out: str | None = None, timeout: float = TIMEOUT, pg_timeout: float = PG_TIMEOUT,
-         progress: bool = True) -> dict:
+         progress: bool = True, culprit: int | None = None, at_step: int | None = None,
+         baseline: str | None = None) -> dict:
     """Run the broken job, keep its evidence in ``out`` (a new temporary folder if None),
-    diagnose it. Returns the report described in the module docstring."""
+    diagnose it. ``culprit`` (default rank 1) and ``at_step`` (default ``BAD_STEP``) place the
+    bug; ``baseline``, a folder from :func:`dtlab.capstone.baseline.baseline`, adds what the
+    broken run did differently from the clean one. Returns the report described in the module
+    docstring."""
     from ..hang.diagnose import diagnose
     from ..runtime import HangError, RankError
     from ..runtime.launch import launch
     from ..runtime.plan import resolve
 
-    check_args(bug, nprocs, backend, out)
+    check_args(bug, nprocs, backend, out, culprit, at_step, baseline)
     plan = resolve(nprocs, backend)
     be, n = plan.backend, plan.nprocs
+    culprit = CULPRIT % n if culprit is None else culprit
+    at_step = BAD_STEP if at_step is None else at_step
     out = out or tempfile.mkdtemp(prefix=f"dtlab-capstone-hang-{bug}-")
     os.makedirs(out, exist_ok=True)
     env = {}
     if be == "nccl":
         os.makedirs(os.path.join(out, "nccl"), exist_ok=True)
-        env.update({"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,COLL",
+        env.update({"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV,COLL",
                     "NCCL_DEBUG_FILE": os.path.join(os.path.abspath(out), "nccl", "%h.%p.log")})
     b = BUGS[bug]
-    meta = {"reproducer": {"tool": "dtlab capstone hang", "kind": bug,
-                           "culprit_rank": CULPRIT % n, "pg_timeout_s": pg_timeout, "env": env}}
+    behaviour, looks_like = b.behaviour, b.expect
+    if be == "nccl" and b.on_nccl:
+        behaviour, looks_like = "hang", b.on_nccl
+    meta = {"reproducer": {"tool": "dtlab capstone hang", "kind": bug, "culprit_rank": culprit,
+                           "at_step": at_step, "pg_timeout_s": pg_timeout, "env": env}}
     t0 = time.monotonic()
     try:
-        launch(rank_hang, (bug,), nprocs=n, backend=be, timeout=timeout, env=env,
+        launch(rank_hang, (bug,), {"culprit_rank": culprit, "at_step": at_step}, nprocs=n,
+               backend=be, timeout=timeout, env=env,
                snapshot_quiet=2.0, evidence_dir=out, meta=meta, failure_grace=3.0,
                pg_timeout=pg_timeout)
         outcome, error = "ok", None
@@ -192,11 +256,18 @@ def hang(bug: str = "extra_metric", nprocs: int | None = 2, backend: str = "auto
     d = diagnose(out)
     with open(os.path.join(out, "diagnosis.json"), "w") as f:
         json.dump(d.to_dict(), f, indent=2)
-    return {"bug": bug, "what": b.what, "nprocs": n, "backend": be, "culprit_rank": CULPRIT % n,
-            "evidence_dir": out, "outcome": outcome, "error": error, "wall_s": round(wall, 1),
-            "expected": {"behaviour": b.behaviour, "failure_class": b.expect_class,
-                         "looks_like": b.expect},
-            "diagnosis": {**d.to_dict(), "sites": _sites(out, range(n))}}
+    report = {"bug": bug, "what": b.what, "nprocs": n, "backend": be, "culprit_rank": culprit,
+              "at_step": at_step, "evidence_dir": out, "outcome": outcome, "error": error,
+              "wall_s": round(wall, 1),
+              "expected": {"behaviour": behaviour, "failure_class": b.expect_class,
+                           "looks_like": looks_like, "fix": FIXES[bug]},
+              "diagnosis": {**d.to_dict(), "sites": _sites(out, range(n))},
+              "baseline": None}
+    if baseline is not None:
+        from .baseline import compare
+
+        report["baseline"] = compare(out, baseline)
+    return report
 
 
 def _sites(path: str, ranks) -> dict[int, str]:
@@ -220,11 +291,16 @@ def format_report(r: dict) -> str:
                                           "root_ranks")})
     e = r["expected"]
     sites = ", ".join(f"rank {k}: {v}" for k, v in sorted(r["diagnosis"]["sites"].items()))
+    against = []
+    if r.get("baseline"):
+        from .baseline import format_comparison
+
+        against = ["", format_comparison(r["baseline"])]
     return "\n".join([
         f"capstone hang --bug {r['bug']}: {r['what']} (culprit rank {r['culprit_rank']}, "
-        f"{r['nprocs']} ranks, {r['backend']})",
+        f"step {r['at_step']}, {r['nprocs']} ranks, {r['backend']})",
         f"outcome: {r['outcome']} after {r['wall_s']} s" + (f" ({r['error']})" if r["error"]
                                                            else ""),
         f"expected: {e['behaviour']}, diagnosed as {e['failure_class']}: {e['looks_like']}",
         f"evidence: {r['evidence_dir']}", "",
-        render(diag), "", f"sites         : {sites or '-'}"])
+        render(diag), "", f"sites         : {sites or '-'}", *against])
