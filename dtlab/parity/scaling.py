@@ -6,7 +6,7 @@ started)::
     throughput([1, 2], backend="gloo")  DataFrame per world size: step_ms, samples_per_s, efficiency
     profile_split(2, backend="gloo")    dict per step, rank 0: compute_ms, comm_ms, overlap_ms
     buckets([0.05, 0.5, 25])            DataFrame: bucket_cap_mb, allreduce_calls, step_ms
-    plot(thr, bkt); report([1, 2])      a Figure; all of them (and unused.cost) as JSON + provenance
+    plot(thr, bkt, prof); report([1, 2])  a Figure; all of them (and unused.cost) as JSON + provenance
 
     python -c "from dtlab.parity.scaling import throughput; print(throughput([1, 2]))"
     dtlab parity --scaling --nprocs 2 --backend gloo --json
@@ -19,7 +19,7 @@ computes on one thread (``torch.set_num_threads(1)``) plus gloo's worker threads
 2-core box 2 ranks already share the cores with gloo (and whatever else runs) and 3 ranks
 *must* time-share them (efficiency <= 2/3 before any communication): poor CPU efficiency is a
 true, explainable measurement. Measured on this course's shared 2-core box ("mlp", 64/rank):
-1 rank 3.2-3.9 ms/step; 2 ranks 6.3-8.9 ms (efficiency 0.36-0.61 over runs: the box is shared);
+1 rank 2.9-3.9 ms/step; 2 ranks 6.3-17 ms (efficiency 0.20-0.61 over runs: the box is shared);
 3 ranks 19.7 ms (0.16). On GPUs each rank
 owns a device and NCCL runs on its own stream, so ~1 is reachable when backward hides the comm.
 
@@ -76,6 +76,24 @@ def _check(nranks_list, model, steps, per_rank_batch, backend, bucket_caps, warm
             raise ValueError(f"bucket_cap_mb={b!r} must be a number of MiB in (0, 1024].")
 
 
+def build(model: str = "mlp"):
+    """The MLP named ``model`` (:data:`MODELS`: ``depth`` Linear(width, width) + ReLU, then a
+    Linear head to :data:`CLASSES`), its parameters from seed 0 in every process.
+
+    >>> [tuple(p.shape) for p in build("mlp-small").parameters()][-2:]
+    [(10, 64), (10,)]
+    """
+    import torch
+    import torch.nn as nn
+
+    if model not in MODELS:
+        raise ValueError(f"model={model!r} is not one of {', '.join(MODELS)}.")
+    width, depth = MODELS[model]
+    torch.manual_seed(0)
+    layers = [m for _ in range(depth) for m in (nn.Linear(width, width), nn.ReLU())]
+    return nn.Sequential(*layers, nn.Linear(width, CLASSES))
+
+
 # ---------------------------------------------------------------- rank side
 
 def _setup(model: str, per_rank_batch: int, bucket_cap_mb, threads: int):
@@ -91,10 +109,8 @@ def _setup(model: str, per_rank_batch: int, bucket_cap_mb, threads: int):
     dev = device()
     if dev.type == "cpu":
         torch.set_num_threads(threads)
-    width, depth = MODELS[model]
-    torch.manual_seed(0)
-    layers = [m for _ in range(depth) for m in (nn.Linear(width, width), nn.ReLU())]
-    net = nn.Sequential(*layers, nn.Linear(width, CLASSES)).to(dev)
+    width = MODELS[model][0]
+    net = build(model).to(dev)
     kw = {} if bucket_cap_mb is None else {"bucket_cap_mb": bucket_cap_mb}
     ddp = DDP(net, **kw)
     counter = {"calls": 0}
@@ -292,13 +308,14 @@ def buckets(caps=(0.05, 0.5, 25), nprocs: int = 2, model: str = "mlp", steps: in
                          for i, c in enumerate(caps)])
 
 
-def plot(thr=None, bkt=None):
-    """Efficiency vs ranks (ideal = 1) and/or bucket_cap_mb vs all-reduces and step time."""
+def plot(thr=None, bkt=None, prof=None):
+    """Efficiency vs ranks (ideal = 1), bucket_cap_mb vs all-reduces and step time, and/or a
+    :func:`profile_split` as bars (compute; all-reduce overlapped by compute, and exposed)."""
     import matplotlib.pyplot as plt
 
-    panels = [p for p in (thr, bkt) if p is not None]
+    panels = [p for p in (thr, bkt, prof) if p is not None]
     if not panels:
-        raise ValueError("plot needs a throughput() and/or a buckets() frame.")
+        raise ValueError("plot needs a throughput() or buckets() frame, or a profile_split().")
     fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.5), squeeze=False)
     axes = list(axes[0])
     if thr is not None:
@@ -316,6 +333,14 @@ def plot(thr=None, bkt=None):
         ax2 = ax.twinx()
         ax2.plot(bkt.bucket_cap_mb, bkt.step_ms, "s--", c="C1")
         ax2.set_ylabel("step time (ms)", color="C1")
+    if prof is not None:
+        ax = axes.pop(0)
+        bars = {"compute": prof["compute_ms"], "all-reduce, overlapped": prof["overlap_ms"],
+                "all-reduce, exposed": prof["comm_ms"] - prof["overlap_ms"]}
+        ax.barh(list(bars), list(bars.values()), color=["C2", "C0", "C3"])
+        ax.invert_yaxis()
+        ax.set(xlabel="ms per step (rank 0)",
+               title=f"profiler split, {prof.get('nranks', '?')} ranks ({prof.get('device', '?')})")
     fig.tight_layout()
     return fig
 
@@ -369,5 +394,5 @@ def report(nranks_list=(1, 2), backend: str = "auto", model: str = "mlp", steps:
                            "command": command}}
 
 
-__all__ = ["MODELS", "model_size", "throughput", "profile_split", "buckets", "split", "plot",
+__all__ = ["MODELS", "build", "model_size", "throughput", "profile_split", "buckets", "split", "plot",
            "report"]

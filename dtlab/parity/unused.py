@@ -47,7 +47,7 @@ import time
 import torch
 import torch.nn as nn
 
-from .scaling import CLASSES, MODELS, _check
+from .scaling import CLASSES, MODELS, _check, build
 
 # name: (a head that forward never uses, find_unused_parameters)
 VARIANTS = {"plain": (False, False), "find_unused": (False, True), "dead_head": (True, True)}
@@ -56,14 +56,14 @@ WARNING = "find_unused_parameters=True was specified"
 
 
 class DeadHeadMLP(nn.Module):
-    """The scaling MLP; ``dead_head=True`` adds a Linear head forward never calls."""
+    """The scaling MLP ``model`` (:func:`.scaling.build`); ``dead_head=True`` adds a Linear head
+    forward never calls (section 3's ``unused_param`` bug, on a larger model)."""
 
-    def __init__(self, width: int, depth: int, dead_head: bool = False):
+    def __init__(self, model: str = "mlp", dead_head: bool = False):
         super().__init__()
-        layers = [m for _ in range(depth) for m in (nn.Linear(width, width), nn.ReLU())]
-        self.body = nn.Sequential(*layers, nn.Linear(width, CLASSES))
+        self.body = build(model)
         if dead_head:
-            self.aux = nn.Linear(width, CLASSES)
+            self.aux = nn.Linear(MODELS[model][0], CLASSES)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.body(x)
@@ -82,14 +82,13 @@ def _rank_cost(model: str, steps: int, warmup: int, per_rank_batch: int, threads
     dev = device()
     if dev.type == "cpu":
         torch.set_num_threads(threads)
-    width, depth = MODELS[model]
+    width = MODELS[model][0]
     g = torch.Generator().manual_seed(1 + dist.get_rank())
     x = torch.randn(per_rank_batch, width, generator=g).to(dev)
     y = torch.randint(0, CLASSES, (per_rank_batch,), generator=g).to(dev)
     runs = {}
     for name, (dead, find) in VARIANTS.items():
-        torch.manual_seed(0)
-        ddp = DDP(DeadHeadMLP(width, depth, dead).to(dev), find_unused_parameters=find)
+        ddp = DDP(DeadHeadMLP(model, dead).to(dev), find_unused_parameters=find)
         runs[name] = (ddp, torch.optim.SGD(ddp.parameters(), lr=0.01))
 
     def sync():

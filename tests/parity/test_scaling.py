@@ -69,6 +69,12 @@ def test_plot(thr, bkt):
     fig = scaling.plot(thr, bkt)
     assert len(fig.axes) == 3                                      # efficiency; buckets + twin
     assert fig.axes[0].get_ylabel() == "scaling efficiency"
+    fig = scaling.plot(prof={"compute_ms": 3.0, "comm_ms": 2.0, "overlap_ms": 0.5, "nranks": 2})
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == [
+        "compute", "all-reduce, overlapped", "all-reduce, exposed"]
+    assert [b.get_width() for b in ax.patches] == [3.0, 0.5, 1.5]
 
 
 @pytest.mark.parametrize("call, says", [
@@ -107,7 +113,8 @@ def test_report_has_every_part_and_its_provenance(monkeypatch, thr, bkt):
     rep = scaling.report([1, 2], backend="gloo", model="mlp-small", command="pytest")
     assert set(rep) == {"model", "throughput", "profile", "buckets", "find_unused", "provenance"}
     assert rep["model"] == scaling.model_size("mlp-small") and rep["model"]["params"] == 17290
-    assert [r["nranks"] for r in rep["throughput"]] == [1, 2] and "efficiency" in rep["throughput"][0]
+    assert [r["nranks"] for r in rep["throughput"]] == [1, 2]
+    assert "efficiency" in rep["throughput"][0]
     assert rep["profile"]["nranks"] == rep["find_unused"]["nranks"] == 2
     assert rep["provenance"]["command"] == "pytest" and rep["provenance"]["torch"]
     json_ok = __import__("json").dumps(rep, default=str)
@@ -125,3 +132,11 @@ def test_overlap_fraction_is_overlap_over_comm(monkeypatch):
     out = scaling.profile_split(2, steps=2, model="mlp-small", backend="gloo")
     assert out["overlap_fraction"] == pytest.approx(out["overlap_ms"] / out["comm_ms"]) == 0.5
     assert out["exposed_comm_ms"] == pytest.approx(out["comm_ms"] - out["overlap_ms"])
+
+
+@pytest.mark.parametrize("model", list(scaling.MODELS))
+def test_model_size_counts_what_build_builds(model):
+    net = scaling.build(model)
+    assert sum(p.numel() for p in net.parameters()) == scaling.model_size(model)["params"]
+    assert scaling.model_size(model)["grad_mib"] == round(4 * scaling.model_size(model)["params"]
+                                                          / 2**20, 4)
