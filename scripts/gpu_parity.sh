@@ -8,7 +8,8 @@
 #   fsdp-n<N>.json              python3 -m dtlab parity --fsdp --backend nccl --json
 #                               (FSDP2 vs DDP, bf16 mixed precision, memory measured per rank)
 #   scaling.json                DDP weak scaling on 1, 2 (and 4) GPUs over NCCL, the profiler's
-#                               compute/comm overlap, bucket_cap_mb (dtlab.parity.scaling.report)
+#                               compute/comm overlap, bucket_cap_mb, find_unused_parameters' cost
+#                               (dtlab.parity.scaling.report; a failed part is recorded as error)
 #
 # Usage, from the repository root (NVLink multicast stays off):
 #   PYTHONPATH=. scripts/gpu_parity.sh data/h100x2-parity
@@ -38,5 +39,5 @@ print(json.dumps([r.to_json() for r in compare_many(runs, nprocs=$n, backend='nc
   step 60 "$out/batchnorm-fix-n$n.json" python3 -m dtlab parity --bug batchnorm --fix --nprocs "$n" --backend nccl --json
 done
 step 300 "$out/scaling.json" python3 -c "import json; from dtlab.parity.scaling import report
-print(json.dumps(report([1, 2, 4] if $ngpu >= 4 else [1, 2], backend='nccl', model='mlp-large', per_rank_batch=512, steps=20, command='scripts/gpu_parity.sh'), indent=1, default=str))"
+print(json.dumps(report([1, 2, 4] if $ngpu >= 4 else [1, 2], backend='nccl', model='mlp-large', per_rank_batch=512, steps=20, command='scripts/gpu_parity.sh', keep_going=True), indent=1, default=str))"
 cat "$log"

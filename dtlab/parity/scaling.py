@@ -360,12 +360,15 @@ def model_size(model: str = "mlp") -> dict:
 
 
 def report(nranks_list=(1, 2), backend: str = "auto", model: str = "mlp", steps: int = 10,
-           caps=(0.05, 0.5, 25), per_rank_batch: int = 64, command: str = "") -> dict:
+           caps=(0.05, 0.5, 25), per_rank_batch: int = 64, command: str = "",
+           keep_going: bool = False) -> dict:
     """Every measurement as JSON-able data, with provenance (host, date, versions):
     ``model`` (:func:`model_size`), ``throughput`` (rows of :func:`throughput`, ``efficiency``
     among them), ``profile`` (:func:`profile_split`, ``overlap_fraction`` among them) on the
     largest world size (at least 2), ``buckets`` (rows of :func:`buckets`), ``find_unused``
-    (:func:`dtlab.parity.unused.cost`: ``find_unused_parameters`` on vs off), ``provenance``."""
+    (:func:`dtlab.parity.unused.cost`: ``find_unused_parameters`` on vs off), ``provenance``.
+    ``keep_going=True`` (a one-shot recording on a GPU machine): a part that raises becomes
+    ``{"error": "<its last line>"}`` and the other parts are still measured."""
     import datetime
     import os
     import platform
@@ -378,11 +381,21 @@ def report(nranks_list=(1, 2), backend: str = "auto", model: str = "mlp", steps:
     top = max(max(nranks_list), 2)
     kw = {"model": model, "backend": backend, "per_rank_batch": per_rank_batch}
     cuda = torch.cuda.is_available()
+
+    def part(measure):
+        try:
+            return measure()
+        except Exception as e:  # noqa: BLE001 -- recorded, not fatal, only when asked
+            if not keep_going:
+                raise
+            return {"error": (str(e).strip().splitlines() or [type(e).__name__])[-1]}
+
     return {"model": model_size(model),
-            "throughput": throughput(nranks_list, steps=steps, **kw).to_dict("records"),
-            "profile": profile_split(top, **kw),
-            "buckets": buckets(caps, nprocs=top, **kw).to_dict("records"),
-            "find_unused": cost(top, steps=max(steps, 10), **kw),
+            "throughput": part(lambda: throughput(nranks_list, steps=steps, **kw)
+                               .to_dict("records")),
+            "profile": part(lambda: profile_split(top, **kw)),
+            "buckets": part(lambda: buckets(caps, nprocs=top, **kw).to_dict("records")),
+            "find_unused": part(lambda: cost(top, steps=max(steps, 10), **kw)),
             "provenance": {"host": platform.node(), "cpus": os.cpu_count(),
                            "date_utc": datetime.datetime.now(datetime.timezone.utc)
                            .strftime("%Y-%m-%d %H:%M"), "torch": torch.__version__,

@@ -140,3 +140,20 @@ def test_model_size_counts_what_build_builds(model):
     assert sum(p.numel() for p in net.parameters()) == scaling.model_size(model)["params"]
     assert scaling.model_size(model)["grad_mib"] == round(4 * scaling.model_size(model)["params"]
                                                           / 2**20, 4)
+
+
+def test_report_keep_going_records_a_failed_part(monkeypatch, thr, bkt):
+    from dtlab.parity import unused
+
+    def broken(*a, **k):
+        raise RuntimeError("Traceback ...\nRuntimeError: NCCL error: unhandled system error")
+
+    monkeypatch.setattr(scaling, "throughput", lambda *a, **k: thr)
+    monkeypatch.setattr(scaling, "buckets", lambda *a, **k: bkt)
+    monkeypatch.setattr(scaling, "profile_split", broken)
+    monkeypatch.setattr(unused, "cost", lambda n, **k: {"nranks": n})
+    with pytest.raises(RuntimeError, match="NCCL error"):
+        scaling.report([1, 2], backend="gloo", model="mlp-small")
+    rep = scaling.report([1, 2], backend="gloo", model="mlp-small", keep_going=True)
+    assert rep["profile"] == {"error": "RuntimeError: NCCL error: unhandled system error"}
+    assert rep["find_unused"] == {"nranks": 2} and len(rep["buckets"]) == 3
