@@ -132,9 +132,9 @@ def format_baseline(b: dict) -> str:
     else:
         rings = t["rings"]
         lines.append(f"NCCL {t['nccl_version']}: {len(rings)} rings, e.g. "
-                     f"{' -> '.join(map(str, rings[0])) if rings else '-'}; network "
-                     f"{t['network'] or '-'}; transports "
-                     + "; ".join(f"rank {r}: {', '.join(v)}" for r, v in t["transports"].items()))
+                     f"{' -> '.join(map(str, rings[0])) if rings else '-'}; transports "
+                     + "; ".join(f"rank {r}: {', '.join(v)}" for r, v in t["transports"].items())
+                     + f"; network for other nodes: {t['network'] or '-'}")
         if t["env"]:
             lines.append("NCCL variables: " + ", ".join(f"{k}={v}" for k, v in t["env"].items()))
     lines.append(f"folder: {b['folder']}")

@@ -1,0 +1,146 @@
+"""08_capstone: known shortcuts fail the postmortem's test cell (hidden tests included); the
+source's solution passes. The machinery is test_shortcuts.py's (grade, fails, CONTEXT).
+
+The test cell needs section 4's broken run (``report``) and makes four unseen broken runs with
+random culprits and steps; here both are made once per session: section 4's run by
+:func:`section4_report`, the four by :func:`_once` in place of ``broken_runs``, which also writes
+the culprit and step it ran back into the test's specs, so the test's truth is the run's.
+
+    pytest tests/grading/test_shortcuts_08.py --durations=0
+"""
+
+import os
+import shutil
+import tempfile
+
+import pytest
+
+from conftest import assert_no_descendants
+from test_shortcuts import CONTEXT, _cells, _solution, fails, grade
+
+from dtlab.course.broken import broken_runs as _REAL
+
+_CACHE: dict = {}
+
+
+def section4_report():
+    """Section 4's run: extra_metric on 3 gloo ranks (made once)."""
+    if "report" not in _CACHE:
+        from dtlab.capstone.hang import hang
+
+        out = os.path.join(_workdir(), "extra_metric")
+        _CACHE["report"] = hang("extra_metric", nprocs=3, backend="gloo", out=out)
+    return _CACHE["report"]
+
+
+def _workdir():
+    if "dir" not in _CACHE:
+        _CACHE["dir"] = tempfile.mkdtemp(prefix="dtlab-test-08-")
+    return _CACHE["dir"]
+
+
+def _once(specs, nprocs=3, into=None, **kw):
+    """broken_runs, run for real the first time; later, the same runs as fresh unlabeled copies.
+    The specs are set to what was run (the test reads its truth from them after this call)."""
+    from dtlab.course import unlabeled_copy
+
+    if "runs" not in _CACHE:
+        folders = _REAL(specs, nprocs=nprocs, into=os.path.join(_workdir(), "runs"))
+        _CACHE["runs"] = [(dict(s), f) for s, f in zip(specs, folders)]
+    out = []
+    for spec in specs:
+        ran, folder = next((s, f) for s, f in _CACHE["runs"] if s["bug"] == spec["bug"])
+        spec.update(ran)
+        out.append(unlabeled_copy(folder, into))
+    return out
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _cached_runs():
+    import dtlab.course.broken as broken
+
+    broken.broken_runs = _once
+    yield
+    broken.broken_runs = _REAL
+    shutil.rmtree(_CACHE.pop("dir", ""), ignore_errors=True)
+    _CACHE.clear()
+
+
+CONTEXT["08_capstone"] = lambda c: (
+    c["cell1"] + "\nfrom test_shortcuts_08 import section4_report\nreport = section4_report()\n")
+
+
+def _with(old: str, new: str) -> str:
+    sol = _solution(_cells("08_capstone")["postmortem"])
+    assert old in sol, old
+    return sol.replace(old, new)
+
+
+SHORTCUTS = {
+    "dtlab's own diagnosis": '''
+def postmortem(evidence_dir):
+    from dtlab.hang.diagnose import diagnose
+    d = diagnose(evidence_dir)
+    return {"failure_class": d.failure_class, "culprit": d.culprit_ranks[-1],
+            "collective": d.op, "site": None, "fix": "same_collectives"}
+''',
+    "the capstone's own sites": '''
+def postmortem(evidence_dir):
+    from dtlab.capstone.hang import _sites
+    sites = _sites(evidence_dir, range(3))
+    odd = next(r for r, s in sites.items() if list(sites.values()).count(s) == 1)
+    return {"failure_class": "op_mismatch", "culprit": int(odd), "collective": "all_gather",
+            "site": sites[odd], "fix": "same_collectives"}
+''',
+    "section 4's answer for every folder": '''
+def postmortem(evidence_dir):
+    return {"failure_class": "op_mismatch", "culprit": 1, "collective": "all_gather",
+            "site": "hang.py:199", "fix": "same_collectives"}
+''',
+    "the planted bug from run.json": '''
+def postmortem(evidence_dir):
+    import json
+    with open(os.path.join(evidence_dir, "run.json")) as f:
+        r = json.load(f)["reproducer"]
+    return {"failure_class": {"extra_metric": "op_mismatch", "skip_metric": "op_mismatch",
+                              "gather_shapes": "size_mismatch", "stuck_loader": "missing_collective"}[r["kind"]],
+            "culprit": r["culprit_rank"], "collective": "all_gather", "site": None, "fix": None}
+''',
+    # the Flight Recorder alone: right on extra_metric, blind where the culprit left no dump
+    "the Flight Recorder only": None,
+    # the odd rank is whoever did NOT time out like the others: ignores the gloo size abort
+    "no size check": ('    if aborted:', '    if False:'),
+    # the site from the first traceback frame in the job, not the innermost
+    "outermost frame": ('            frames = re.findall(r"\\((\\S+?):(\\d+)\\)", main)',
+                        '            frames = re.findall(r"\\((\\S+?):(\\d+)\\)", main)[::-1]'),
+    "an answer that only looks right": '''
+class _Yes(dict):
+    def __eq__(self, other): return True
+    def __ne__(self, other): return False
+
+def postmortem(evidence_dir):
+    return _Yes(failure_class=0, culprit=0, collective=0, site=0, fix=0)
+''',
+}
+
+
+def _answer(name):
+    answer = SHORTCUTS[name]
+    if name == "the Flight Recorder only":
+        return _with('    aborted = [r for r in ranks', '    aborted = [] and [r for r in ranks')\
+            .replace("    missing = [r for r in ranks if r not in calls] or [",
+                     "    missing = [")
+    if isinstance(answer, tuple):
+        return _with(*answer)
+    return answer
+
+
+@pytest.mark.parametrize("name", list(SHORTCUTS))
+def test_postmortem_shortcut_fails(name):
+    fails("08_capstone", "postmortem", _answer(name))
+    assert_no_descendants()
+
+
+def test_postmortem_solution_passes():
+    grade("08_capstone", "postmortem")
+    assert_no_descendants()
