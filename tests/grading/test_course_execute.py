@@ -1,6 +1,8 @@
-"""GuardedExecute on tiny notebooks: what a student cell can do to the grading kernel."""
+"""GuardedExecute on tiny notebooks: what a student cell can do to the grading kernel; the
+per-cell limits (cell_timeouts); 08's broken_runs refusing a bad spec before it starts."""
 
 import nbformat
+import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
 from conftest import assert_no_descendants
@@ -31,7 +33,8 @@ def test_timeout_interrupts_and_grading_goes_on(tmp_path):
     assert text(cells[0]).strip() == "lines ''"  # the grading kernel's environment
     names = [e[0] for e in errors(cells[1])]
     assert names == ["KeyboardInterrupt", "CellTimeoutError"]
-    assert "more than 3 s" in errors(cells[1])[1][1]
+    # the message names no number: the limit differs by cell (cell_timeouts)
+    assert "longer than the grader's limit for it" in errors(cells[1])[1][1]
     assert text(cells[2]) == "next cell ran\n" and not errors(cells[2])
     assert_no_descendants()
 
@@ -75,3 +78,65 @@ def test_graded_cells_score_zero_when_not_run(tmp_path):
                                      "points": 2, "grade_id": "t", "schema_version": 3}
     assert determine_grade(cells[1]) == (0, 2)
     nbformat.validate(nbformat.v4.new_notebook(cells=cells))
+
+
+def _cell(grade_id=None):
+    cell = new_code_cell("pass")
+    if grade_id is not None:
+        cell.metadata["nbgrader"] = {"grade": True, "solution": False, "locked": True,
+                                     "points": 1, "grade_id": grade_id, "schema_version": 3}
+    return cell
+
+
+def test_cell_timeouts_by_grade_id_else_timeout():
+    ep = GuardedExecute(timeout=30, cell_timeouts={"postmortem_tests": 150})
+    assert ep.timeout_func(_cell("postmortem_tests")) == 150
+    assert ep.timeout_func(_cell("other_tests")) == 30
+    assert ep.timeout_func(_cell()) == 30                 # no nbgrader metadata
+    # nbclient asks through _get_timeout for every cell it runs
+    assert ep._get_timeout(_cell("postmortem_tests")) == 150
+    assert ep._get_timeout(_cell()) == 30
+    assert GuardedExecute(timeout=7).timeout_func(_cell("postmortem_tests")) == 7  # none set
+
+
+def test_course_config_gives_the_postmortem_cell_its_own_limit():
+    import os
+
+    from traitlets.config.loader import PyFileConfigLoader
+
+    root = os.path.join(os.path.dirname(__file__), "..", "..", "grading")
+    config = PyFileConfigLoader("nbgrader_config.py", path=root).load_config()
+    assert config.GuardedExecute.cell_timeouts == {"postmortem_tests": 150}
+    ep = GuardedExecute(config=config)
+    assert ep.timeout == config.Execute.timeout < 150
+    assert ep.timeout_func(_cell("postmortem_tests")) == 150
+    assert ep.timeout_func(_cell("any_other_cell")) == ep.timeout
+
+
+# 08's postmortem cell gets that limit because it runs course.broken_runs; a bad spec must fail
+# at once, before any job (or temporary folder) exists.
+BAD_SPECS = {
+    "unknown key": ({"bug": "extra_metric", "rank": 1}, r"unknown keys \['rank'\]"),
+    "bad bug": ({"bug": "uneven_batch"}, "'uneven_batch' is not one of"),
+    "culprit out of range": ({"bug": "stuck_loader", "culprit": 3},
+                             "culprit=3 must be a rank from 0 to 2"),
+    "at_step out of range": ({"bug": "skip_metric", "at_step": 9}, "at_step=9 must be a step"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_SPECS)
+def test_broken_runs_rejects_a_bad_spec_before_starting_anything(case, monkeypatch, no_orphans):
+    import tempfile
+
+    from dtlab.course.broken import broken_runs
+    from dtlab.runtime import agents
+
+    def started(*args, **kwargs):
+        raise AssertionError("broken_runs went on past a bad spec")
+
+    monkeypatch.setattr(agents, "Agents", started)
+    monkeypatch.setattr(tempfile, "mkdtemp", started)
+    spec, words = BAD_SPECS[case]
+    good = {"bug": "extra_metric", "culprit": 0, "at_step": 2}
+    with pytest.raises(ValueError, match=words):
+        broken_runs([good, spec], nprocs=3)
