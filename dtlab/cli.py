@@ -327,7 +327,8 @@ def _capstone(args) -> int:
 
     with arguments({"size": "--size", "steps": "--steps", "nprocs": "--nprocs",
                     "backend": "--backend", "batch": "--batch", "seq": "--seq", "data": "--data",
-                    "bug": "--bug", "out": "--out"}):
+                    "bug": "--bug", "out": "--out", "culprit": "--culprit",
+                    "at_step": "--at-step", "baseline": "--baseline"}):
         capstone_cli.check(args)
     return capstone_cli.run(args)
 

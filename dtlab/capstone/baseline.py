@@ -157,6 +157,14 @@ def step_phases(folder: str) -> dict[int, dict[int, dict[str, float]]]:
     return out
 
 
+def _nprocs(folder: str) -> int | None:
+    try:
+        with open(os.path.join(folder, "run.json")) as f:
+            return int(json.load(f)["nprocs"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def compare(evidence_dir: str, baseline_dir: str) -> dict:
     """What a broken run did differently from the baseline: ``last_step`` per rank (the last
     step it finished), ``step_ms`` of its finished steps vs ``baseline_step_ms``, ``slower``
@@ -169,20 +177,26 @@ def compare(evidence_dir: str, baseline_dir: str) -> dict:
     phases = step_phases(evidence_dir)
     last = {r: max((s for s, p in steps.items() if "done" in p), default=None)
             for r, steps in sorted(phases.items())}
-    # the good steps: finished by every rank, not step 0 (first all-gathers, allocations) and
-    # not the last one any rank finished (it may hold the bug's own extra work)
+    # the good steps: finished by every rank, not step 0 (first all-gathers, allocations); the
+    # median, so that one step holding the bug's own extra work does not move it
     common = min((s for s in last.values() if s is not None), default=None)
     good = [(p["done"] - p["compute"]) * 1e3 for steps in phases.values()
             for s, p in steps.items()
-            if "done" in p and "compute" in p and common is not None and 1 <= s < common]
+            if "done" in p and "compute" in p and common is not None and 1 <= s <= common]
+    world = _nprocs(evidence_dir)
+    if world is not None and world != b["world"]:
+        good = []   # step times of another number of ranks say nothing about this one
     step_ms = statistics.median(good) if good else None
     slower = step_ms is not None and step_ms > SLOWER * base_ms
     lines = []
     if last:
         lines.append("steps finished: " + ", ".join(
             f"rank {r}: {'none' if s is None else f'0-{s}'}" for r, s in last.items()))
-    if step_ms is not None:
-        span = "1" if common == 2 else f"1-{common - 1}"
+    if world is not None and world != b["world"]:
+        lines.append(f"the baseline ran on {b['world']} ranks, this run on {world}: their step "
+                     f"times are not comparable")
+    elif step_ms is not None:
+        span = "1" if common == 1 else f"1-{common}"
         lines.append(f"good steps ({span}) ran at {step_ms:.1f} ms (median) vs the "
                      f"baseline's {base_ms:.1f} ms: " + (
                          f"{step_ms / base_ms:.1f}x slower: the job slowed down before it "

@@ -61,7 +61,7 @@ class Bug:
     behaviour: str        # "hang" or "error": what it really does on gloo
     expect_class: str     # what dtlab diagnose should call it
     expect: str           # what it is expected to look like (on gloo)
-    on_nccl: str = ""     # where NCCL differs (recorded on 2x H200: data/h200x2-capstone)
+    on_nccl: str = ""     # where NCCL differs (recorded on 2x H200: data/h200x2-capstone-run)
 
 
 BUGS = {b.name: b for b in [

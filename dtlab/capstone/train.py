@@ -75,11 +75,15 @@ def matmul_flops(device, n: int = MATMUL_N, iters: int = 30) -> float | None:
 
 
 def shard(model, device) -> None:
-    """FSDP2: one ``fully_shard`` unit per block, then the root; bf16/fp32 policy on CUDA."""
+    """FSDP2: one ``fully_shard`` unit per block, then the root; bf16/fp32 policy on CUDA. The
+    device mesh is the ranks' own device type: without it FSDP2 builds a CUDA mesh whenever a
+    GPU is visible and moves a gloo run's CPU model there."""
     import torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-    kw = {}
+    kw = {"mesh": init_device_mesh(device.type, (dist.get_world_size(),))}
     if device.type == "cuda":
         kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16,
                                                reduce_dtype=torch.float32)

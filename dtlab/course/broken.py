@@ -41,8 +41,9 @@ def broken_runs(specs: list[dict], nprocs: int = 3, into: str | None = None,
 
     for spec in specs:
         unknown = set(spec) - {"bug", "culprit", "at_step"}
-        if unknown:
-            raise ValueError(f"spec {spec!r}: unknown keys {sorted(unknown)}")
+        if unknown or "bug" not in spec:
+            raise ValueError(f"spec {spec!r}: needs a 'bug', may have 'culprit' and 'at_step'"
+                             + (f"; unknown keys {sorted(unknown)}" if unknown else ""))
         check_args(spec["bug"], nprocs, "gloo", None, spec.get("culprit"), spec.get("at_step"))
     into = into or tempfile.mkdtemp(prefix="dtlab-cases-")
     work = tempfile.mkdtemp(prefix="dtlab-broken-")

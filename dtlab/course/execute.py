@@ -89,11 +89,11 @@ class GuardedExecute(Execute):
 
     @default("error_on_timeout")
     def _timeout_message(self):
-        msg = ("this cell ran for longer than the grader's limit for it, and was interrupted "
-               "(an endless loop? ranks waiting for each other?). The cells after it were "
-               "still run.")
-        return {"ename": "CellTimeoutError", "evalue": msg,
-                "traceback": [f"\x1b[0;31mCellTimeoutError\x1b[0m: {msg}"]}
+        return _timeout_error(self.timeout)
+
+    async def _async_handle_timeout(self, timeout, cell=None):
+        self.error_on_timeout = _timeout_error(timeout)   # this cell's limit, in the message
+        return await super()._async_handle_timeout(timeout, cell)
 
     def preprocess(self, nb, resources=None, km=None):
         self._halted = ""
@@ -128,6 +128,14 @@ class GuardedExecute(Execute):
 
         if self.km is not None and run_sync(self.km.is_alive)():
             run_sync(self.km.shutdown_kernel)(now=True)
+
+
+def _timeout_error(seconds) -> dict:
+    msg = (f"this cell ran for more than {seconds} s, the grader's limit for it, and was "
+           f"interrupted (an endless loop? ranks waiting for each other?). The cells after it "
+           f"were still run.")
+    return {"ename": "CellTimeoutError", "evalue": msg,
+            "traceback": [f"\x1b[0;31mCellTimeoutError\x1b[0m: {msg}"]}
 
 
 def _swap_execute(preprocessors: list) -> list:

@@ -122,7 +122,7 @@ def test_recorded_extra_metric_hang_did_not_slow_down_and_nccl_built_the_same():
     assert c["nccl"] == {"same_rings": True, "transports": {}, "env": {}}
     assert c["lines"] == [
         "steps finished: rank 0: 0-3, rank 1: 0-3",
-        f"good steps (1-2) ran at {c['step_ms']:.1f} ms (median) vs the baseline's 15.2 ms: "
+        f"good steps (1-3) ran at {c['step_ms']:.1f} ms (median) vs the baseline's 15.2 ms: "
         f"within {SLOWER}x of it: the job did not slow down before it stopped",
         "NCCL: same rings; same transports; same NCCL variables"]
     text = format_comparison(c).splitlines()
@@ -159,7 +159,7 @@ def test_slower_good_steps_are_called_a_slowdown(tmp_path):
     c = compare(str(tmp_path), str(NCCL_BASELINE))
     assert c["last_step"] == {0: 3, 1: 3}
     assert c["step_ms"] == pytest.approx(100.0, abs=0.01) and c["slower"] is True
-    assert c["lines"][1].startswith("good steps (1-2) ran at 100.0 ms (median) vs the "
+    assert c["lines"][1].startswith("good steps (1-3) ran at 100.0 ms (median) vs the "
                                     "baseline's 15.2 ms: 6.6x slower: the job slowed down")
     # the baseline has NCCL topology, this run has no log: said, not compared
     assert c["nccl"] is None
