@@ -135,7 +135,9 @@ class Supervisor:
         ``progress(tick)`` reports each rank's state (:data:`RUNNING`, :data:`OK`,
         :data:`FAILED`, :data:`DEAD`), waiting at most ``tick`` seconds for news.
         ``snapshot_quiet``: once every running rank has been silent that long, take their
-        stacks (and Flight Recorder dumps) while they are still stuck, before any watchdog acts.
+        stacks (and Flight Recorder dumps) while they are still stuck, before any watchdog acts;
+        a rank printing to stdout afterwards shows it was a slow step, not a hang: the snapshot
+        is dropped and the next quiet spell takes another.
         """
         t0 = time.monotonic()
         deadline = None if timeout is None else t0 + timeout
@@ -145,6 +147,11 @@ class Supervisor:
         def saw(rank, stream, text):
             nonlocal quiet_since, spoke
             quiet_since, spoke = time.monotonic(), True
+            if stream == "out" and "snapshot" in self.stacks:
+                # the program went on after it (a slow step, not a hang: its stdout moved):
+                # those stacks show no hang; the next quiet spell takes new ones. Errors on
+                # stderr after a snapshot (timeouts, tracebacks) are the hang ending: kept.
+                del self.stacks["snapshot"]
 
         while True:
             states = progress(TICK)

@@ -97,3 +97,13 @@ def report_then_block(marker_dir):
     print("ready", flush=True)
     t = torch.ones(1)
     dist.recv(t, src=(dist.get_rank() + 1) % dist.get_world_size())  # BLOCKS HERE
+
+
+def slow_step_then_hang():
+    """A quiet spell that is only a slow step (it prints again after it), then a real hang."""
+    print("step 0", flush=True)
+    time.sleep(2.5)   # the slow step
+    print("step 1", flush=True)
+    if dist.get_rank() == 1:
+        time.sleep(600)   # the hang: rank 1 never reaches the barrier
+    dist.barrier()
