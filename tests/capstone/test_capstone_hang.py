@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 
+import capstone_runs
 import pytest
 from conftest import assert_no_descendants
 from test_capstone_baseline import NCCL_BASELINE, RECORDED, clean_gloo_baseline
@@ -17,8 +18,12 @@ from dtlab.cli import main
 
 
 def _run(bug, nprocs, tmp_path, **placed):
-    out = str(tmp_path / bug)
-    r = hang(bug, nprocs=nprocs, backend="gloo", out=out, **placed)
+    if nprocs == 3:   # shared with the 08 shortcut suite (tests/capstone_runs.py)
+        r = capstone_runs.run(bug, **placed)
+        out = r["evidence_dir"]
+    else:
+        out = str(tmp_path / bug)
+        r = hang(bug, nprocs=nprocs, backend="gloo", out=out, **placed)
     assert_no_descendants()
     assert r["evidence_dir"] == out and r["wall_s"] < 60
     assert os.path.exists(os.path.join(out, "run.json"))
@@ -43,26 +48,27 @@ def test_extra_metric_is_an_op_mismatch_at_fsdp2s_all_gather(nprocs, tmp_path):
 
 
 def test_gather_shapes_fails_at_once_as_a_size_mismatch(tmp_path):
-    r, d = _run("gather_shapes", 2, tmp_path)
+    r, d = _run("gather_shapes", 3, tmp_path, culprit=2)
     # on gloo: no hang; the culprit (shorter buffers) is aborted by gloo's size check
     assert r["outcome"] == "RankError" and "SIGABRT" in r["error"]
     assert r["wall_s"] < 30
     assert d["failure_class"] == "size_mismatch"
-    assert CULPRIT in d["culprit_ranks"]
-    assert d["confident"] is False or d["culprit_ranks"] == [CULPRIT]
+    assert 2 in d["culprit_ranks"]
+    assert d["confident"] is False or d["culprit_ranks"] == [2]
+    assert d["sites"]["2"] == bug_site("gather_shapes")   # its fatal error's dump
 
 
 def test_stuck_loader_hangs_the_others_in_fsdp2s_all_gather(tmp_path):
-    r, d = _run("stuck_loader", 2, tmp_path)
+    r, d = _run("stuck_loader", 3, tmp_path, culprit=0)
     assert r["outcome"] != "ok"
-    # what is true, and the evidence shows it: the culprit is stuck in the loader, the other
-    # rank timed out inside FSDP2's all-gather of the next forward (train_step's model(x))
-    assert d["sites"][str(CULPRIT)].startswith("hang.py:")
-    assert d["sites"]["0"].startswith("train.py:")
-    # FSDP2's frame (distributed_c10d.all_gather_single) reads as all_gather: rank 0 in a
-    # collective, rank 1 outside any -> the one that never reached it
+    # what is true, and the evidence shows it: the culprit is stuck in the loader, the others
+    # timed out inside FSDP2's all-gather of the next forward (train_step's model(x))
+    assert d["sites"]["0"] == bug_site("stuck_loader")
+    assert d["sites"]["1"].startswith("train.py:") and d["sites"]["2"] == d["sites"]["1"]
+    # FSDP2's frame (distributed_c10d.all_gather_single) reads as all_gather: ranks 1, 2 in a
+    # collective, rank 0 outside any -> the one that never reached it
     assert d["failure_class"] == BUGS["stuck_loader"].expect_class
-    assert CULPRIT in d["culprit_ranks"]
+    assert 0 in d["culprit_ranks"]
 
 
 # --- the bug placed: --culprit, --at-step; --baseline ---------------------------------------------
@@ -70,7 +76,7 @@ def test_stuck_loader_hangs_the_others_in_fsdp2s_all_gather(tmp_path):
 @pytest.fixture(scope="module")
 def skip_on_2(tmp_path_factory):
     # skip_metric, culprit rank 2 of 3, at the default step
-    return _run("skip_metric", 3, tmp_path_factory.mktemp("placed"), culprit=2)
+    return _run("skip_metric", 3, None, culprit=2)
 
 
 @pytest.fixture(scope="module")
@@ -81,8 +87,7 @@ def clean(tmp_path_factory):
 @pytest.fixture(scope="module")
 def extra_on_0(tmp_path_factory, clean):
     # extra_metric, culprit rank 0 of 3, at step 2, compared with the clean gloo baseline
-    return _run("extra_metric", 3, tmp_path_factory.mktemp("placed"), culprit=0, at_step=2,
-                baseline=clean[0])
+    return _run("extra_metric", 3, None, culprit=0, at_step=2, baseline=clean[0])
 
 
 def test_skip_metric_culprit_is_the_rank_that_went_ahead(skip_on_2):

@@ -2,17 +2,15 @@
 source's solution passes. The machinery is test_shortcuts.py's (grade, fails, CONTEXT).
 
 The test cell needs section 4's broken run (``report``) and makes four unseen broken runs with
-random culprits and steps; here both are made once per session: section 4's run by
-:func:`section4_report`, the four by :func:`_once` in place of ``broken_runs``, which also writes
-the culprit and step it ran back into the test's specs, so the test's truth is the run's.
+random culprits and steps; here they come from tests/capstone_runs.py, made once per pytest
+process and shared with the hang tests: section 4's run by :func:`section4_report`, the four by
+:func:`_once` in place of ``broken_runs``, which also writes the culprit and step of the run it
+hands back into the test's specs, so the test's truth is the run's.
 
     pytest tests/grading/test_shortcuts_08.py --durations=0
 """
 
-import os
-import shutil
-import tempfile
-
+import capstone_runs
 import pytest
 
 from conftest import assert_no_descendants
@@ -20,38 +18,24 @@ from test_shortcuts import CONTEXT, _cells, _solution, fails, grade
 
 from dtlab.course.broken import broken_runs as _REAL
 
-_CACHE: dict = {}
-
 
 def section4_report():
-    """Section 4's run: extra_metric on 3 gloo ranks (made once)."""
-    if "report" not in _CACHE:
-        from dtlab.capstone.hang import hang
-
-        out = os.path.join(_workdir(), "extra_metric")
-        _CACHE["report"] = hang("extra_metric", nprocs=3, backend="gloo", out=out)
-    return _CACHE["report"]
-
-
-def _workdir():
-    if "dir" not in _CACHE:
-        _CACHE["dir"] = tempfile.mkdtemp(prefix="dtlab-test-08-")
-    return _CACHE["dir"]
+    """Section 4's run: extra_metric on 3 gloo ranks, culprit rank 1 (shared, made once)."""
+    return capstone_runs.run("extra_metric")
 
 
 def _once(specs, nprocs=3, into=None, **kw):
-    """broken_runs, run for real the first time; later, the same runs as fresh unlabeled copies.
-    The specs are set to what was run (the test reads its truth from them after this call)."""
+    """broken_runs, from the runs this pytest process made already (or makes now): one per bug,
+    its culprit not rank 1, as fresh unlabeled copies. The specs are set to what was run (the
+    test reads its truth from them after this call)."""
     from dtlab.course import unlabeled_copy
 
-    if "runs" not in _CACHE:
-        folders = _REAL(specs, nprocs=nprocs, into=os.path.join(_workdir(), "runs"))
-        _CACHE["runs"] = [(dict(s), f) for s, f in zip(specs, folders)]
+    assert nprocs == 3
     out = []
     for spec in specs:
-        ran, folder = next((s, f) for s, f in _CACHE["runs"] if s["bug"] == spec["bug"])
-        spec.update(ran)
-        out.append(unlabeled_copy(folder, into))
+        report = capstone_runs.unseen(spec["bug"])
+        spec.update(culprit=report["culprit_rank"], at_step=report["at_step"])
+        out.append(unlabeled_copy(report["evidence_dir"], into))
     return out
 
 
@@ -62,8 +46,6 @@ def _cached_runs():
     broken.broken_runs = _once
     yield
     broken.broken_runs = _REAL
-    shutil.rmtree(_CACHE.pop("dir", ""), ignore_errors=True)
-    _CACHE.clear()
 
 
 CONTEXT["08_capstone"] = lambda c: (
