@@ -14,7 +14,7 @@ import capstone_runs
 import pytest
 
 from conftest import assert_no_descendants
-from test_shortcuts import CONTEXT, _cells, _solution, fails, grade
+from test_shortcuts import CONTEXT, YES, _cells, _solution, fails, grade
 
 from dtlab.course.broken import broken_runs as _REAL
 
@@ -95,13 +95,9 @@ def postmortem(evidence_dir):
     # the site from the first traceback frame in the job, not the innermost
     "outermost frame": ('            frames = re.findall(r"\\((\\S+?):(\\d+)\\)", main)',
                         '            frames = re.findall(r"\\((\\S+?):(\\d+)\\)", main)[::-1]'),
-    "an answer that only looks right": '''
-class _Yes(dict):
-    def __eq__(self, other): return True
-    def __ne__(self, other): return False
-
+    "an answer that only looks right": YES + '''
 def postmortem(evidence_dir):
-    return _Yes(failure_class=0, culprit=0, collective=0, site=0, fix=0)
+    return _YesDict(failure_class=0, culprit=0, collective=0, site=0, fix=0)
 ''',
 }
 
