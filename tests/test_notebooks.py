@@ -50,11 +50,15 @@ def text_of(nb) -> str:
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=os.path.basename)
 def test_notebook_runs_headless(path, monkeypatch):
     monkeypatch.setenv("DTLAB_OUTPUT", "lines")
-    kept = set(glob.glob(os.path.join(tempfile.gettempdir(), "dtlab-hang-*")))
+    def folders():  # 07's evidence folders, 08's baseline and evidence, in the temp dir
+        return {p for pattern in ("dtlab-hang-*", "dtlab-08-*")
+                for p in glob.glob(os.path.join(tempfile.gettempdir(), pattern))}
+
+    kept = folders()
     try:
         nb = execute(path)
-    finally:  # what a learner keeps (07's evidence folders in the temp dir) is not ours to keep
-        for new in set(glob.glob(os.path.join(tempfile.gettempdir(), "dtlab-hang-*"))) - kept:
+    finally:  # what a learner keeps is not ours to keep
+        for new in folders() - kept:
             shutil.rmtree(new, ignore_errors=True)
     for cell in nb.cells:
         if cell.cell_type != "code":

@@ -49,7 +49,8 @@ def _cached_runs():
 
 
 CONTEXT["08_capstone"] = lambda c: (
-    c["cell1"] + "\nfrom test_shortcuts_08 import section4_report\nreport = section4_report()\n")
+    c["cell1"] + "\nimport shutil\nshutil.rmtree(WORK)  # the notebook's folder: unused here"
+    "\nfrom test_shortcuts_08 import section4_report\nreport = section4_report()\n")
 
 
 def _with(old: str, new: str) -> str:
