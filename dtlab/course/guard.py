@@ -136,9 +136,12 @@ def _split(targets: tuple[str, ...]) -> tuple[tuple[str, ...], list[tuple[str, s
     return tuple(now), unloaded
 
 
-def arm(fn: Callable, targets: tuple[str, ...]) -> str | None:
-    """Refuse ``targets`` and starting programs for good, arm the hook, and say whether ``fn``
-    carries a copy of something refused (its name) or not (None)."""
+def arm(fn: Callable, targets: tuple[str, ...], read_only: bool = False) -> str | None:
+    """Refuse ``targets`` and starting programs for good (with ``read_only``, writing any file
+    too), arm the hook, and say whether ``fn`` carries a copy of something refused (its name) or
+    not (None)."""
+    if read_only:
+        sys.dont_write_bytecode = True   # imports from here on write no .pyc either
     targets, unloaded = _split(targets)
     functions = [f for t in targets if not checks._builtin_method(t) for f in checks._functions(t)]
     modules = _modules(targets, functions)
@@ -179,7 +182,8 @@ def arm(fn: Callable, targets: tuple[str, ...]) -> str | None:
     for top, _, names in os.walk(data) if data else ():
         paths += [os.path.join(top, n) for n in names]
     _install(frozenset(prints), frozenset(_identity(p) for p in paths) - {None},
-             frozenset(m.__name__ for m in modules) | {n for n, _ in unloaded} | {"_posixsubprocess"})
+             frozenset(m.__name__ for m in modules) | {n for n, _ in unloaded} | {"_posixsubprocess"},
+             read_only)
     return copied
 
 
@@ -191,12 +195,22 @@ def _identity(path: str) -> tuple[int, int] | None:
     return st.st_dev, st.st_ino
 
 
-def _install(prints: frozenset, files: frozenset, names: frozenset) -> None:
+# a file written, made, moved or removed (with read_only); "open" is checked by its mode/flags
+_WRITES = frozenset({"os.rename", "os.remove", "os.rmdir", "os.mkdir", "os.symlink", "os.link",
+                     "os.truncate", "os.chmod", "os.chown", "os.utime", "os.chflags",
+                     "shutil.copyfile", "shutil.copymode", "shutil.copystat", "shutil.copytree",
+                     "shutil.move", "shutil.rmtree", "shutil.make_archive", "shutil.unpack_archive"})
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
+
+
+def _install(prints: frozenset, files: frozenset, names: frozenset,
+             read_only: bool = False) -> None:
     """Add the hook. Everything it uses is bound here, as closure cells, not looked up in a
     module or in builtins, which the learner's code could rebind: only the garbage collector's
     lists reach the hook (refused too) and nothing names it. A file is known by its device and
     inode, so a link or another spelling of its path is the same file."""
-    starts, denied = _STARTS, _DENIED
+    starts, denied = _STARTS, _DENIED | (_WRITES if read_only else frozenset())
+    write_flags = _WRITE_FLAGS if read_only else 0
     stat, fspath, is_a, code_type = os.stat, os.fspath, isinstance, types.CodeType
     refusal, deny, codes, fp = checks.REFUSAL, PermissionError, _codes, fingerprint
     c_starts, bytecode = _C_STARTS, frozenset(p[0] for p in prints)
@@ -212,6 +226,10 @@ def _install(prints: frozenset, files: frozenset, names: frozenset) -> None:
                 raise deny(f"{refusal} (loading {name!r} through ctypes)")
         elif event == "ctypes.dlsym" and is_a(args[1], str) and args[1].startswith(c_starts):
             raise deny(f"{refusal} (looking up {args[1]} through ctypes)")
+        if event == "open" and write_flags and (
+                (is_a(args[1], str) and any(c in args[1] for c in "wax+"))
+                or (is_a(args[2], int) and args[2] & write_flags)):
+            raise deny(f"{refusal} (writing {args[0]!r}: this function only reads)")
         if event == "open" and not is_a(args[0], int):
             try:
                 st = stat(fspath(args[0]))

@@ -53,7 +53,8 @@ class Isolated:
     back as plain data (:func:`dtlab.course.plain`), an exception as ``AssertionError`` (or
     :class:`NotPlain`) with the learner's traceback in its text."""
 
-    def __init__(self, fn: Callable, refuse: tuple[str, ...] = (), timeout: float = 120.0):
+    def __init__(self, fn: Callable, refuse: tuple[str, ...] = (), timeout: float = 120.0,
+                 read_only: bool = False):
         import cloudpickle
 
         self._proc = None
@@ -65,7 +66,7 @@ class Isolated:
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=os.getcwd(), start_new_session=True)
         self._echo = threading.Thread(target=_forward, args=(self._proc.stderr,), daemon=True)
         self._echo.start()
-        self._send(cloudpickle.dumps((fn, tuple(refuse))))
+        self._send(cloudpickle.dumps((fn, tuple(refuse), read_only)))
         self._answer()  # the child is armed (or said why not)
 
     def __call__(self, *args, **kwargs) -> Any:
@@ -141,11 +142,14 @@ class Isolated:
         self.close()
 
 
-def isolated(fn: Callable, refuse: tuple[str, ...] | list[str] = (), timeout: float = 120.0
-             ) -> Isolated:
+def isolated(fn: Callable, refuse: tuple[str, ...] | list[str] = (), timeout: float = 120.0,
+             read_only: bool = False) -> Isolated:
     """``fn`` in a fresh process with ``refuse`` (:func:`dtlab.course.refused`'s targets) and
-    starting programs refused for good; see the module's docstring for all it refuses."""
-    return Isolated(fn, tuple(refuse), timeout)
+    starting programs refused for good; see the module's docstring for all it refuses.
+    ``read_only``: also refuse writing, creating, moving or deleting any file, for a function
+    that only reads (an evidence folder): it can then leave nothing behind for a later process
+    (a ``.pth`` file, a note in the next input) to carry an answer."""
+    return Isolated(fn, tuple(refuse), timeout, read_only)
 
 
 def _forward(stream) -> None:
@@ -176,8 +180,8 @@ def _child() -> None:
 
     from . import guard
     try:
-        fn, targets = cloudpickle.loads(read())
-        copied = guard.arm(fn, targets)
+        fn, targets, read_only = cloudpickle.loads(read())
+        copied = guard.arm(fn, targets, read_only)
     except BaseException as e:  # a target that does not exist, a function that cannot load
         send("raise", [type(e).__name__, f"{type(e).__name__}: {e}"])
         return

@@ -1,5 +1,6 @@
 """What a submission's own code does that no answer needs: reading the interpreter's frames and
-code, rewriting the grader's modules. Flags for the instructor, beside the autograded score.
+code, rewriting the grader's modules, reaching other processes or code that runs later (threads,
+exit handlers, .pth files). Flags for the instructor, beside the autograded score.
 
 A test cell runs in the learner's kernel, after the learner's cells. :func:`dtlab.course.isolated`
 keeps the expected answers out of the learner's function, but a learner cell that first rewrites
@@ -31,6 +32,17 @@ _FRAMES = {"_getframe": "reads interpreter frames", "currentframe": "reads inter
            "__code__": "reads compiled code", "get_referrers": "walks the garbage collector",
            "get_objects": "walks the garbage collector", "reload": "re-imports a module"}
 _GRADER = ("course", "dtlab", "checks", "isolate", "guard", "graded")
+# what reaches past the call being graded: other processes (the grader's own runs), code that
+# runs later or elsewhere (a thread left behind, exit handlers, .pth files that every later
+# Python process executes)
+_REACH = {"Thread": "starts a thread that outlives the call", "start_new_thread":
+          "starts a thread that outlives the call", "getsitepackages":
+          "locates site-packages (where .pth files run in every later process)",
+          "getusersitepackages": "locates site-packages (where .pth files run in every later "
+          "process)", "get_paths": "locates the interpreter's install paths"}
+_STRINGS = {"/proc": "reads other processes (/proc)", ".pth": "names a .pth file (code every "
+            "later Python process runs)", "site-packages": "names site-packages",
+            "purelib": "names the interpreter's install paths"}
 
 
 def _root(node: ast.AST) -> str | None:
@@ -61,6 +73,17 @@ def flags(source: str) -> list[str]:
         line = getattr(node, "lineno", 0)
         if isinstance(node, ast.Attribute) and node.attr in _FRAMES:
             out.append((line, f"{_FRAMES[node.attr]} ({node.attr})"))
+        elif isinstance(node, (ast.Attribute, ast.Name)) and \
+                (node.attr if isinstance(node, ast.Attribute) else node.id) in _REACH:
+            name = node.attr if isinstance(node, ast.Attribute) else node.id
+            out.append((line, f"{_REACH[name]} ({name})"))
+        elif isinstance(node, ast.Attribute) and node.attr == "register" and \
+                _root(node) == "atexit":
+            out.append((line, "runs code at interpreter exit (atexit)"))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            for text, what in _STRINGS.items():
+                if text in node.value:
+                    out.append((line, what))
         elif isinstance(node, ast.Name) and node.id in ("_getframe", "currentframe"):
             out.append((line, f"reads interpreter frames ({node.id})"))
         elif isinstance(node, (ast.Assign, ast.AugAssign, ast.Delete)):

@@ -201,3 +201,51 @@ def test_review_flags_rewriting_the_grader_and_reading_frames():
         "line 6: reads compiled code (co_consts)", "line 6: reads interpreter frames (_getframe)"]
     honest_answer = "def root_cause(failures):\n    return min(failures, key=lambda r: len(failures[r]))\n"
     assert flags(honest_answer) == []
+
+
+def test_review_flags_reaching_other_processes_and_later_code():
+    # the grader's own broken runs watched through /proc by a thread left behind; an answer key
+    # planted in a .pth file that every later Python process runs
+    watcher = ("import threading, atexit, sysconfig\n"
+               "def watch():\n    open('/proc/123/cmdline').read()\n"
+               "threading.Thread(target=watch).start()\n"
+               "atexit.register(print)\n"
+               "open(sysconfig.get_paths()['purelib'] + '/zz.pth', 'w')\n")
+    assert flags(watcher) == [
+        "line 3: reads other processes (/proc)",
+        "line 4: starts a thread that outlives the call (Thread)",
+        "line 5: runs code at interpreter exit (atexit)",
+        "line 6: locates the interpreter's install paths (get_paths)",
+        "line 6: names a .pth file (code every later Python process runs)",
+        "line 6: names the interpreter's install paths"]
+
+
+def test_read_only_refuses_writing_moving_and_deleting(tmp_path):
+    import os
+
+    (tmp_path / "in.txt").write_text("evidence")
+
+    def reads(folder):
+        return open(os.path.join(folder, "in.txt")).read()
+
+    def writes(folder):
+        with open(os.path.join(folder, "zz.pth"), "w") as f:
+            f.write("import os")
+
+    def creates(folder):
+        os.close(os.open(os.path.join(folder, "note"), os.O_WRONLY | os.O_CREAT))
+
+    def moves(folder):
+        os.replace(os.path.join(folder, "in.txt"), os.path.join(folder, "hang.py"))
+
+    with course.isolated(reads, read_only=True) as mine:
+        assert mine(str(tmp_path)) == "evidence"
+    for fn in (writes, creates, moves):
+        with course.isolated(fn, read_only=True) as mine, \
+                pytest.raises(AssertionError, match="refused while your answer is graded"):
+            mine(str(tmp_path))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]
+    with course.isolated(writes) as mine:   # without read_only: allowed, as before
+        mine(str(tmp_path))
+    assert (tmp_path / "zz.pth").exists()
+    assert_no_descendants()

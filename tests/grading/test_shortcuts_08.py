@@ -96,6 +96,16 @@ def postmortem(evidence_dir):
     # the site from the first traceback frame in the job, not the innermost
     "outermost frame": ('            frames = re.findall(r"\\((\\S+?):(\\d+)\\)", main)',
                         '            frames = re.findall(r"\\((\\S+?):(\\d+)\\)", main)[::-1]'),
+    # an answer key left for later processes (a .pth file every later Python process runs,
+    # which could note each hidden run's bug in its folder): writing is refused in the child
+    "plants a .pth file": '''
+def postmortem(evidence_dir):
+    import sysconfig
+    with open(os.path.join(sysconfig.get_paths()["purelib"], "zz_answer_key.pth"), "w") as f:
+        f.write("import os\\n")
+    return {"failure_class": "op_mismatch", "culprit": 1, "collective": "all_gather",
+            "site": "hang.py:199", "fix": "same_collectives"}
+''',
     "an answer that only looks right": YES + '''
 def postmortem(evidence_dir):
     return _YesDict(failure_class=0, culprit=0, collective=0, site=0, fix=0)
