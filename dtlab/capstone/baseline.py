@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import statistics
 import tempfile
 
@@ -141,20 +140,14 @@ def format_baseline(b: dict) -> str:
     return "\n".join(lines)
 
 
-_STEP = re.compile(r"\[dtlab-step\] rank=(\d+) step=(\d+) phase=(\w+)(?: loss=\S+)? t=([\d.]+)")
-
-
 def step_phases(folder: str) -> dict[int, dict[int, dict[str, float]]]:
-    """rank -> step -> phase -> time, from the ``[dtlab-step]`` lines of a run's consoles."""
-    out: dict[int, dict[int, dict[str, float]]] = {}
-    for name in sorted(os.listdir(folder)):
-        if not re.fullmatch(r"rank\d+\.std(out|err)\.txt", name):
-            continue
-        with open(os.path.join(folder, name), errors="replace") as f:
-            for m in _STEP.finditer(f.read()):
-                r, s = int(m.group(1)), int(m.group(2))
-                out.setdefault(r, {}).setdefault(s, {})[m.group(3)] = float(m.group(4))
-    return out
+    """rank -> step -> phase -> time, from the ``[dtlab-step]`` lines of a run's consoles (read
+    by :mod:`dtlab.hang.diagnose`, as for the diagnosis)."""
+    from ..hang.diagnose import gather, load
+    from ..hang.diagnose.facts import step_times
+
+    return {r: {s: dict(p) for s, p in steps.items()}
+            for r, steps in sorted(step_times(gather(load(folder))).items())}
 
 
 def _nprocs(folder: str) -> int | None:

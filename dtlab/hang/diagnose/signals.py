@@ -60,7 +60,8 @@ FINGERPRINT = re.compile(r"Rank (\d+) is running collective: CollectiveFingerPri
                          r"SequenceNumber=(\d+), OpType=(\w+), TensorShape=\[([^\]]*)\], "
                          r"TensorDtypes=(\w+)")
 BARRIER = re.compile(r"Ranks? ([\d, ]+) failed to pass monitoredBarrier")
-STEP = re.compile(r"\[dtlab-step\] rank=(\d+) step=(\d+) phase=(\w+) t=([\d.]+)")
+# (other key=value fields may sit before t=: the capstone's "phase=done loss=2.96 t=...")
+STEP = re.compile(r"\[dtlab-step\] rank=(\d+) step=(\d+) phase=(\w+)(?: \w+=\S+)* t=([\d.]+)")
 DTLAB_FAILURE = re.compile(r"^----- rank (\d+) \[([^\]]*)\] (?:killed by (SIG\w+)|exit code (-?\d+))")
 NCCL_ERROR = re.compile(r"NCCL error|ncclInvalidUsage|ncclSystemError|ncclInternalError|"
                         r"ncclRemoteError|ncclUnhandledCudaError")
