@@ -494,6 +494,9 @@ def main(argv: list[str] | None = None) -> int:
     except (BadInput, LaunchError) as e:  # LaunchError: raised before any rank started
         print(f"dtlab {args.command}: {one_line(e)}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `dtlab ... --json | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

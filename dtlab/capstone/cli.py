@@ -15,6 +15,19 @@ import argparse
 import json
 
 
+def _seconds(text: str) -> float:
+    """A positive, finite number of seconds (argparse prints the one line and exits 2)."""
+    import math
+
+    try:
+        v = float(text)
+    except ValueError:
+        v = math.nan
+    if not math.isfinite(v) or v <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
+    return v
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="capstone_command", metavar="{train,baseline,hang}",
                              required=True)
@@ -46,7 +59,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     b.add_argument("--out", default=None, help="baseline folder, new or empty (default: a new "
                    "temporary folder)")
     b.add_argument("--json", action="store_true", help="machine-readable baseline on stdout")
-    from .hang import BUGS, MAX_STEP
+    from .hang import BUGS, MAX_STEP, PG_TIMEOUT, TIMEOUT
 
     h = sub.add_parser("hang", help="break the training job on purpose (a hang or an error for "
                        "a real reason), collect the evidence, print dtlab's diagnosis")
@@ -63,6 +76,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"the step it goes wrong, 1 to {MAX_STEP} (default 3)")
     h.add_argument("--baseline", default=None, help="a folder from dtlab capstone baseline: "
                    "say what the broken run did differently")
+    h.add_argument("--timeout", type=_seconds, default=TIMEOUT, help=f"seconds the whole job may "
+                   f"take before dtlab stops it (default {TIMEOUT:g}; the hang itself shows after "
+                   f"the {PG_TIMEOUT:g} s collective timeout)")
     h.add_argument("--json", action="store_true", help="machine-readable report on stdout")
 
 
@@ -92,8 +108,8 @@ def run(args) -> int:
     if args.capstone_command == "hang":
         from .hang import format_report, hang
 
-        report = hang(args.bug, args.nprocs, args.backend, args.out, culprit=args.culprit,
-                      at_step=args.at_step, baseline=args.baseline)
+        report = hang(args.bug, args.nprocs, args.backend, args.out, timeout=args.timeout,
+                      culprit=args.culprit, at_step=args.at_step, baseline=args.baseline)
         print(json.dumps(report, indent=1) if args.json else format_report(report))
         return 0
     if args.capstone_command == "baseline":

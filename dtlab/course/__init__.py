@@ -1,31 +1,42 @@
-"""The course as an nbgrader course: instructor operations, and helpers graded cells call.
+"""The course as an nbgrader course: instructor operations, and what graded cells call.
 
-Instructor (same as ``dtlab course release|validate|autograde|feedback|report``)::
+Instructor (same as ``dtlab course release|validate|autograde|grade|merge|feedback|report``)::
 
     from dtlab import course
     course.release(out="release")        # student notebooks, solutions and hidden tests stripped
-    course.validate()                    # source passes every test, release fails them
-    course.autograde("inbox")            # inbox/<student>/<assignment>/<assignment>.ipynb
+    course.validate()                    # graded: source passes every test, release none
+    course.autograde("inbox", jobs=2)    # inbox/<student>/<assignment>/<assignment>.ipynb
     course.report(csv="grades.csv")      # pandas DataFrame of scores
 
-In a notebook::
+In a test cell (the same code in a learner's JupyterLab and under the grader)::
 
-    course.run_graded(fn, nprocs=2)      # dtlab.run on gloo under nbgrader, quiet, bounded
+    mine = course.answer("slow_pairs", without=("dtlab.bench",))   # the learner's function,
+    mine(matrix, 0.75)                                             # in a process of its own
+    out = course.Ranks(3, offer={"send", "recv"}).run(harness.gathers, "ring_all_gather", calls)
+    out.values, out.traffic              # what each rank returned; every message between them
     course.recorded("h200x2-nccl-tests/nt_all_reduce.txt")   # real GPU data, labelled as such
-    with course.refused("dtlab.bench.busbw"): ...               # the library may not answer
-    with course.isolated(fn, refuse=("dtlab.bench.*",)) as mine: mine(...)   # ... in a fresh process
+    course.run_graded(program, nprocs=2)                     # the test's own job, on gloo
 
-Importing this package is cheap (no nbgrader, no pandas) so notebooks can use it freely.
+Importing this package is cheap (no nbgrader, no pandas, no torch) so notebooks can use it freely.
 """
 
-from .checks import NotPlain, counted, plain, refused, secret_pids, unlabeled_copy, with_secret_pid
-from .api import Graded, Released, Validation, autograde, feedback, release, report, validate
-from .isolate import Isolated, isolated
+from .answer import Answer, Folder, answer, folder
+from .api import Graded, Released, Validation, autograde, feedback, merge, release, report, validate
+from .broken import unlabeled_copy
+from .context import cell
 from .graded import backend, grading, run_graded
 from .layout import CourseError, assignment_ids, course_root
+from .learner import NotPlain, plain
 from .recorded import Recorded, recorded
 
-__all__ = ["release", "validate", "autograde", "feedback", "report", "Released", "Validation",
-           "Graded", "CourseError", "assignment_ids", "course_root", "run_graded", "backend",
-           "grading", "recorded", "Recorded", "refused", "counted", "with_secret_pid",
-           "secret_pids", "unlabeled_copy", "plain", "NotPlain", "isolated", "Isolated"]
+__all__ = ["release", "validate", "autograde", "merge", "feedback", "report", "Released",
+           "Validation", "Graded", "CourseError", "assignment_ids", "course_root", "run_graded",
+           "backend", "grading", "recorded", "Recorded", "unlabeled_copy", "plain", "NotPlain",
+           "answer", "Answer", "folder", "Folder", "cell", "Ranks"]
+
+
+def __getattr__(name):  # the rank machinery imports the runtime: only when a test asks for it
+    if name == "Ranks":
+        from .ranks import Ranks
+        return Ranks
+    raise AttributeError(f"module 'dtlab.course' has no attribute {name!r}")

@@ -5,9 +5,13 @@ A term, end to end (the same as the ``dtlab course ...`` commands, see grading/R
     from dtlab import course
     course.release(out="handout")                 # student versions -> handout/00_launch.ipynb
     assert all(v.ok for v in course.validate())   # source passes every test; release fails them
-    course.autograde("inbox")                     # inbox/<student>/<assignment>/<assignment>.ipynb
+    course.autograde("inbox", jobs=2)             # inbox/<student>/<assignment>/<assignment>.ipynb
     course.feedback()                             # build/course/feedback/<student>/<assignment>/*.html
     course.report(csv="grades.csv")               # one row per student and assignment
+
+Autograding is two steps: **grade** each submission on its own (:func:`dtlab.course.grade.grade`,
+the learner's code in sandboxes, ``jobs`` at a time, or one task each on a cluster), then
+**merge** the results into the gradebook with nbgrader's autograde (:func:`merge`).
 
 Each call first refreshes the course root from notebooks/ (:mod:`dtlab.course.layout`). Every
 function takes ``root=`` (the course root, default build/course/) and, where a gradebook is
@@ -25,7 +29,7 @@ import sys
 import warnings
 from dataclasses import dataclass, field
 
-from . import review
+from .grade import CPU_S, TIMEOUT_S, Result, check_limit
 from .layout import (GRADING_DIR, CourseError, collect, course_root, default_db_url, scan_submissions,
                      select, sync)
 
@@ -52,16 +56,21 @@ class Validation:
 class Graded:
     student: str
     assignment: str
-    ok: bool  # nbgrader finished the submission (a failing test still counts as ok)
+    ok: bool  # graded and recorded (a failing test still counts as ok)
     score: float | None = None
     max_score: float | None = None
-    error: str = ""  # why nbgrader could not grade it (the exception), when not ok
-    log: str = ""  # nbgrader's log of this submission
-    # what the submission's code does that no answer needs (dtlab.course.review): for a person
-    flags: list[str] = field(default_factory=list)
+    error: str = ""  # why it could not be graded or recorded, when not ok
+    log: str = ""  # nbgrader's log of this submission's merge
+    sandbox: str = ""  # how the learner's code was isolated ("UNSAFE: ..." without a sandbox)
+    wall_s: float = 0.0
+    cpu_s: float = 0.0
+
+    @property
+    def unsafe(self) -> bool:
+        return self.sandbox.startswith("UNSAFE")
 
 
-def _config(root: str, db: str | None = None, timeout: float | None = None):
+def _config(root: str, db: str | None = None, results: str | None = None):
     from traitlets.config.loader import PyFileConfigLoader
 
     cfg = PyFileConfigLoader("nbgrader_config.py", path=GRADING_DIR).load_config()
@@ -72,13 +81,18 @@ def _config(root: str, db: str | None = None, timeout: float | None = None):
         # nbgrader would blame a gradebook schema upgrade; the folder is what is missing
         raise CourseError(f"the gradebook's folder {folder} does not exist (--db {db}): "
                           f"create it, or pass another --db.")
-    if timeout is not None:
-        cfg.Execute.timeout = int(timeout)
+    cfg.Replay.results = results or results_dir(root)
+    cfg.Replay.submitted = os.path.join(root, "submitted")
     return cfg
 
 
+def results_dir(root: str) -> str:
+    """Where ``dtlab course grade`` leaves each submission's result: <root>/graded/."""
+    return os.path.join(root, "graded")
+
+
 @contextlib.contextmanager
-def _nbgrader(root: str, db: str | None = None, timeout: float | None = None):
+def _nbgrader(root: str, db: str | None = None, results: str | None = None):
     """An NbGraderAPI on the course root. nbgrader's markers (NBGRADER_EXECUTION, which
     nbgrader.utils.setenv leaves set when a step raises) are restored afterwards."""
     from nbformat.warnings import MissingIDFieldWarning
@@ -97,7 +111,7 @@ def _nbgrader(root: str, db: str | None = None, timeout: float | None = None):
         # SQLAlchemy's autoflush warnings, and a test cell it restores has no cell id
         warnings.filterwarnings("ignore", category=MissingIDFieldWarning)
         warnings.filterwarnings("ignore", category=SAWarning)
-        yield NbGraderAPI(config=_config(root, db, timeout))
+        yield NbGraderAPI(config=_config(root, db, results))
 
 
 def _check(result: dict, what: str) -> None:
@@ -147,81 +161,163 @@ def release(out: str | None = None, *, assignments: list[str] | None = None, for
 
 
 def validate(assignments: list[str] | None = None, *, root: str | None = None,
-             notebooks: str | None = None, timeout: float | None = None) -> list[Validation]:
-    """nbgrader validate on the source (every test passes) and validate --invert on the
-    release (no test passes without the solutions), per assignment.
+             notebooks: str | None = None, timeout: float = TIMEOUT_S, cpu_s: float = CPU_S,
+             isolate: bool = True) -> list[Validation]:
+    """Each assignment graded as a submission would be (:func:`dtlab.course.grade.grade`): the
+    source, with its solutions, must pass every test; the release, without them, must pass none.
 
     >>> from dtlab import course
     >>> [(v.assignment, v.version, v.ok) for v in course.validate(["00_launch"])]  # doctest: +SKIP
     [('00_launch', 'source', True), ('00_launch', 'release', True)]
     """
-    from nbgrader.validator import Validator
-
-    from .execute import validate_preprocessors
+    from .grade import grade
 
     root = course_root(root)
     aids = select(assignments, sync(root, notebooks))
-    results = []
-    with _nbgrader(root, timeout=timeout) as api:
+    with _nbgrader(root) as api:
         _generate(api, aids)
-        cwd = os.getcwd()  # Validator chdirs into each notebook's folder
-        try:
-            for aid in aids:
-                for version, invert in (("source", False), ("release", True)):
-                    v = Validator(config=api.config, invert=invert)
-                    v.preprocessors = validate_preprocessors()
-                    found = v.validate(os.path.join(root, version, aid, aid + ".ipynb"))
-                    results.append(Validation(aid, version, _problems(found)))
-        finally:
-            os.chdir(cwd)
+    results = []
+    for aid in aids:
+        source = os.path.join(root, "source", aid, aid + ".ipynb")
+        for version, must_pass in (("source", True), ("release", False)):
+            r = grade(os.path.join(root, version, aid, aid + ".ipynb"), aid, source=source,
+                      timeout=timeout, cpu_s=cpu_s, isolate=isolate)
+            problems = [f"{gid} fails: {s['error']}" if must_pass else
+                        f"{gid} passes without the solution"
+                        for gid, s in r.scores.items() if (s["score"] == s["max_score"]) != must_pass]
+            if r.error:
+                problems.insert(0, r.error)
+            results.append(Validation(aid, version, problems))
     return results
 
 
-def _problems(found: dict) -> list[str]:
-    problems = [f"a cell changed type ({c['old_type']} -> {c['new_type']}):\n{c['source']}"
-                for c in found.get("type_changed", [])]
-    problems += [f"a locked cell changed:\n{c['source']}" for c in found.get("changed", [])]
-    problems += [f"a test fails:\n{c['source']}\n--- error ---\n{c['raw_error']}"
-                 for c in found.get("failed", [])]
-    problems += [f"a test passes without the solution:\n{c['source']}" for c in found.get("passed", [])]
-    return problems
-
-
 def autograde(submissions: str, *, db: str | None = None, root: str | None = None,
-              notebooks: str | None = None, timeout: float | None = None) -> list[Graded]:
-    """Grade every submission in ``submissions/<student>/<assignment>/<assignment>.ipynb`` into
-    the gradebook (``db``: SQLAlchemy URL, default SQLite in the course root).
-
-    Test cells are restored from the source before running; each cell is bounded by the
-    per-cell timeout (grading/nbgrader_config.py, or ``timeout=``); a crash fails the rest of
-    that notebook only. A layout problem raises :class:`CourseError` before anything runs.
-    Each :class:`Graded` carries the submission's review flags (:mod:`dtlab.course.review`).
+              notebooks: str | None = None, timeout: float = TIMEOUT_S, cpu_s: float = CPU_S,
+              jobs: int = 1, isolate: bool = True, on_graded=None) -> list[Graded]:
+    """Grade every submission in ``submissions/<student>/<assignment>/<assignment>.ipynb``,
+    ``jobs`` at a time, each on its own (:func:`dtlab.course.grade.grade`, in a process of its
+    own), then record them in the gradebook (:func:`merge`; ``db``: SQLAlchemy URL, default
+    SQLite in the course root). ``on_graded(result)`` is called as each one is graded. A layout
+    problem raises :class:`CourseError` before anything runs.
 
     >>> from dtlab import course
-    >>> [(g.student, g.score) for g in course.autograde("inbox")]      # doctest: +SKIP
+    >>> [(g.student, g.score) for g in course.autograde("inbox", jobs=2)]      # doctest: +SKIP
     [('alice', 8.0), ('bob', 3.0)]
     """
+    timeout, cpu_s = check_limit(timeout, "--timeout"), check_limit(cpu_s, "--cpu-limit")
+    if not isinstance(jobs, int) or isinstance(jobs, bool) or not 1 <= jobs <= 256:
+        raise CourseError(f"--jobs must be a whole number from 1 to 256, got {jobs!r}")
+    if isolate:
+        from ..runtime.sandbox import unavailable
+
+        if why := unavailable():
+            raise CourseError(f"no sandbox: {why}; grade on a machine that has one, or pass "
+                              f"--unsafe-no-sandbox to grade without isolation (every report "
+                              f"line will say so)")
     root = course_root(root)
     known = sync(root, notebooks)
     submissions = os.path.abspath(submissions)
     pairs = scan_submissions(submissions, known)
     collect(submissions, root, pairs)
+    out = results_dir(root)
+    failed = grade_all(root, pairs, out, jobs=jobs, timeout=timeout, cpu_s=cpu_s,
+                       isolate=isolate, on_graded=on_graded)
+    graded = merge(root, pairs, db=db)
+    for g in graded:
+        if (g.student, g.assignment) in failed:
+            g.ok, g.error = False, failed[(g.student, g.assignment)]
+    return graded
+
+
+def grade_all(root: str, pairs: list[tuple[str, str]], out: str, *, jobs: int = 1,
+              timeout: float = TIMEOUT_S, cpu_s: float = CPU_S, isolate: bool = True,
+              on_graded=None) -> dict[tuple[str, str], str]:
+    """``dtlab course grade`` for each (student, assignment) of the course root's submitted/,
+    ``jobs`` processes at a time; results in ``out/<student>/<assignment>/``. Returns the
+    submissions that could not be graded at all, with why."""
+    import subprocess
+    from concurrent.futures import ThreadPoolExecutor, as_completed
+
+    def one(pair):
+        student, aid = pair
+        dest = os.path.join(out, student, aid)
+        shutil.rmtree(dest, ignore_errors=True)
+        argv = [sys.executable, "-m", "dtlab", "course", "grade",
+                os.path.join(root, "submitted", student, aid, aid + ".ipynb"),
+                "--assignment", aid, "--student", student, "--out", dest,
+                "--source", os.path.join(root, "source", aid, aid + ".ipynb"),
+                "--timeout", repr(timeout), "--cpu-limit", repr(cpu_s)]
+        if not isolate:
+            argv.append("--unsafe-no-sandbox")
+        p = subprocess.run(argv, capture_output=True, text=True)
+        path = os.path.join(dest, "result.json")
+        if p.returncode != 0 or not os.path.isfile(path):
+            tail = (p.stderr or p.stdout).strip().splitlines()[-1:] or ["no output"]
+            return pair, None, f"dtlab course grade failed (exit {p.returncode}): {tail[0]}"
+        return pair, Result.load(path), ""
+
+    failed = {}
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        for done in as_completed([pool.submit(one, pair) for pair in pairs]):
+            pair, result, why = done.result()
+            if why:
+                failed[pair] = why
+            if on_graded is not None:
+                on_graded(pair, result, why)
+    return failed
+
+
+def merge(root: str, pairs: list[tuple[str, str]] | None = None, *, db: str | None = None,
+          results: str | None = None) -> list[Graded]:
+    """Record graded submissions in the gradebook: nbgrader's autograde of each submission in
+    the course root's submitted/, with the test outputs ``dtlab course grade`` left in
+    ``results`` (default <root>/graded) instead of executing anything. ``pairs``: (student,
+    assignment) to record; default every one with a result."""
+    root = course_root(root)
+    sync(root)
+    results = os.path.abspath(results or results_dir(root))
+    if pairs is None:
+        pairs = sorted((s, a) for s in _dirs(results) for a in _dirs(os.path.join(results, s))
+                       if os.path.isfile(os.path.join(results, s, a, "result.json")))
+    if not pairs:
+        raise CourseError(f"no graded results in {results}: run dtlab course grade (or "
+                          f"autograde) first")
+    missing = [f"{s}/{a}" for s, a in pairs
+               if not os.path.isfile(os.path.join(root, "submitted", s, a, a + ".ipynb"))]
+    if missing:
+        raise CourseError(f"no submission in {root}/submitted for {', '.join(missing[:5])}: "
+                          f"merge the results where the submissions were collected")
     graded = []
-    with _nbgrader(root, db, timeout) as api:
+    with _nbgrader(root, db, results) as api:
         _generate(api, sorted({aid for _, aid in pairs}))
         for student, aid in pairs:
-            result = api.autograde(aid, student, force=True, create=True)
-            ok = bool(result.get("success"))
-            path = os.path.join(submissions, student, aid, aid + ".ipynb")
-            graded.append(Graded(student, aid, ok, log=result.get("log") or "",
-                                 error="" if ok else _reason(result),
-                                 flags=review.notebook_flags(path)))
+            r = _result(results, student, aid)
+            out = api.autograde(aid, student, force=True, create=True)
+            ok = bool(out.get("success"))
+            graded.append(Graded(student, aid, ok, log=out.get("log") or "",
+                                 error="" if ok else _reason(out),
+                                 sandbox=r.sandbox if r else "", wall_s=r.wall_s if r else 0.0,
+                                 cpu_s=r.cpu_s if r else 0.0))
         with contextlib.closing(api.gradebook) as gb:
             for g in graded:
                 if g.ok:
                     sub = gb.find_submission(g.assignment, g.student)
                     g.score, g.max_score = sub.score, sub.max_score
     return graded
+
+
+def _dirs(path: str) -> list[str]:
+    try:
+        return sorted(d for d in os.listdir(path) if os.path.isdir(os.path.join(path, d)))
+    except OSError:
+        return []
+
+
+def _result(results: str, student: str, aid: str) -> Result | None:
+    try:
+        return Result.load(os.path.join(results, student, aid, "result.json"))
+    except (OSError, ValueError, TypeError):
+        return None
 
 
 def _reason(result: dict) -> str:
@@ -276,6 +372,8 @@ def report(*, db: str | None = None, root: str | None = None, csv: str | None = 
     rows, exercises = [], []
     with _nbgrader(root, db) as api, contextlib.closing(api.gradebook) as gb:
         for assignment in gb.assignments:
+            if not assignment.submissions:
+                continue  # released, never graded: no columns for it
             for nb in assignment.notebooks:
                 exercises += [c.name for c in nb.grade_cells if c.name not in exercises]
             for sub in assignment.submissions:

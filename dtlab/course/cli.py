@@ -1,8 +1,11 @@
 """``dtlab course ...``: the instructor's commands, each a thin call into :mod:`dtlab.course.api`.
 
     dtlab course release [--out DIR] [--force]        student versions (solutions, hidden tests out)
-    dtlab course validate [ASSIGNMENT...]             source passes every test; release fails them
-    dtlab course autograde SUBMISSIONS [--db URL]     SUBMISSIONS/<student>/<assignment>/<assignment>.ipynb
+    dtlab course validate [ASSIGNMENT...]             graded: source passes every test, release none
+    dtlab course autograde SUBMISSIONS [--jobs N]     grade each submission (sandboxed), then merge
+    dtlab course autograde SUBMISSIONS --slurm-script a Slurm array job doing the same on a cluster
+    dtlab course grade NOTEBOOK --assignment A --out DIR    one submission, self-contained
+    dtlab course merge [--results DIR] [--db URL]     graded results -> the gradebook (nbgrader)
     dtlab course feedback [ASSIGNMENT...] [--db URL]  HTML feedback per autograded submission
     dtlab course report [--db URL] [--csv FILE] [--json]   scores per student and exercise
 
@@ -13,8 +16,32 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
+
+from .grade import CPU_S, TIMEOUT_S
+
+
+def _seconds(text: str) -> float:
+    """A limit: a positive, finite number of seconds (argparse prints one line, exits 2)."""
+    try:
+        v = float(text)
+    except ValueError:
+        v = math.nan
+    if not math.isfinite(v) or v <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
+    return v
+
+
+def _jobs(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        v = 0
+    if not 1 <= v <= 256:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number from 1 to 256")
+    return v
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -26,6 +53,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     db = argparse.ArgumentParser(add_help=False)
     db.add_argument("--db", metavar="URL", help="gradebook, any SQLAlchemy URL (default SQLite "
                     "in the course root)")
+    limits = argparse.ArgumentParser(add_help=False)
+    limits.add_argument("--cpu-limit", type=_seconds, default=CPU_S, metavar="S",
+                        help=f"CPU seconds one call of a learner's function may use (default "
+                             f"{CPU_S:g}); a busy machine does not change what it measures")
+    limits.add_argument("--timeout", type=_seconds, default=TIMEOUT_S, metavar="S",
+                        help=f"wall-clock backstop per test cell, the grader's own work "
+                             f"included (default {TIMEOUT_S:g})")
+    limits.add_argument("--unsafe-no-sandbox", action="store_true", help="grade without the "
+                        "OS sandbox (where bubblewrap or user namespaces are missing): the "
+                        "learner's code can then read and change anything you can; every "
+                        "line reporting a grade says so")
     sub = parser.add_subparsers(dest="course_command", metavar="STEP")
     r = sub.add_parser("release", parents=[common], help="student versions: solutions and hidden "
                        "tests stripped")
@@ -33,18 +71,38 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    "existing notebook there is kept (it may hold a learner's work)")
     r.add_argument("--force", action="store_true", help="with --out: overwrite existing notebooks")
     r.add_argument("assignments", nargs="*", metavar="ASSIGNMENT", help="default: all")
-    v = sub.add_parser("validate", parents=[common], help="the source passes every test and the "
-                       "release fails them (nbgrader validate, validate --invert)")
+    v = sub.add_parser("validate", parents=[common, limits], help="grade each assignment: the "
+                       "source must pass every test, the release none")
     v.add_argument("assignments", nargs="*", metavar="ASSIGNMENT", help="default: all")
-    v.add_argument("--timeout", type=float, help="seconds per cell (default: grading/nbgrader_config.py)")
-    a = sub.add_parser("autograde", parents=[common, db], help="grade submissions into the gradebook")
+    a = sub.add_parser("autograde", parents=[common, db, limits], help="grade submissions "
+                       "(each in its own sandboxes) and record them in the gradebook")
     a.add_argument("submissions", metavar="SUBMISSIONS", help="folder laid out as nbgrader's "
                    "submitted/: SUBMISSIONS/<student>/<assignment>/<assignment>.ipynb")
-    a.add_argument("--timeout", type=float, help="seconds per cell (default: grading/nbgrader_config.py)")
+    a.add_argument("--jobs", type=_jobs, default=1, metavar="N", help="submissions graded at "
+                   "once (default 1; each uses about one core)")
+    a.add_argument("--slurm-script", action="store_true", help="print a Slurm batch script "
+                   "that grades each submission as an array task and then merges, instead of "
+                   "grading here")
+    g = sub.add_parser("grade", parents=[common, limits], help="grade one submission, "
+                       "self-contained: its notebook in, result.json and the graded notebook out")
+    g.add_argument("notebook", metavar="NOTEBOOK")
+    g.add_argument("--assignment", required=True, help="the assignment id (a notebook's stem)")
+    g.add_argument("--out", required=True, metavar="DIR", help="where result.json and the graded "
+                   "notebook go")
+    g.add_argument("--student", default="", help="recorded in result.json")
+    g.add_argument("--source", metavar="NOTEBOOK", help="the assignment's source notebook "
+                   "(default: notebooks/<assignment>.ipynb)")
+    m = sub.add_parser("merge", parents=[common, db], help="record graded results in the "
+                       "gradebook (nbgrader autograde, replaying dtlab course grade's outputs)")
+    m.add_argument("--results", metavar="DIR", help="graded results, <DIR>/<student>/"
+                   "<assignment>/ (default <root>/graded)")
+    m.add_argument("--submissions", metavar="DIR", help="collect these submissions into the "
+                   "course root first (as autograde does)")
     f = sub.add_parser("feedback", parents=[common, db], help="HTML feedback for autograded submissions")
     f.add_argument("assignments", nargs="*", metavar="ASSIGNMENT", help="default: all")
     p = sub.add_parser("report", parents=[common, db], help="scores per student, assignment and exercise")
-    p.add_argument("--csv", metavar="FILE", help="also write the table as CSV")
+    p.add_argument("--csv", metavar="FILE", help="write the table as CSV to FILE (and print a "
+                   "one-line summary)")
     p.add_argument("--json", action="store_true", help="machine-readable output (one record per row)")
     parser.set_defaults(course_parser=parser)
 
@@ -84,7 +142,8 @@ def _release(api, args) -> int:
 
 def _validate(api, args) -> int:
     results = api.validate(args.assignments, root=args.root, notebooks=args.notebooks,
-                           timeout=args.timeout)
+                           timeout=args.timeout, cpu_s=args.cpu_limit,
+                           isolate=not args.unsafe_no_sandbox)
     for v in results:
         want = "every test passes" if v.version == "source" else "no test passes without solutions"
         print(f"{'ok  ' if v.ok else 'FAIL'} {v.assignment} {v.version}: {want}")
@@ -93,16 +152,67 @@ def _validate(api, args) -> int:
     return 0 if all(v.ok for v in results) else 1
 
 
+def _line(student: str, aid: str, score, max_score, sandbox: str) -> str:
+    unsafe = "  [UNSAFE: graded without a sandbox]" if sandbox.startswith("UNSAFE") else ""
+    return f"graded   {student}/{aid}: {score:g} / {max_score:g}{unsafe}"
+
+
 def _autograde(api, args) -> int:
+    if args.slurm_script:
+        from .slurm import script
+
+        print(script(args.submissions, root=args.root, db=args.db, notebooks=args.notebooks,
+                     timeout=args.timeout, cpu_s=args.cpu_limit,
+                     isolate=not args.unsafe_no_sandbox))
+        return 0
+
+    def progress(pair, result, why):
+        if result is not None:
+            print(_line(*pair, result.score, result.max_score, result.sandbox), flush=True)
+        else:
+            print(f"FAILED   {pair[0]}/{pair[1]}: {why}", flush=True)
+
     graded = api.autograde(args.submissions, db=args.db, root=args.root, notebooks=args.notebooks,
-                           timeout=args.timeout)
+                           timeout=args.timeout, cpu_s=args.cpu_limit, jobs=args.jobs,
+                           isolate=not args.unsafe_no_sandbox, on_graded=progress)
+    for g in graded:
+        if not g.ok:
+            print(f"FAILED   {g.student}/{g.assignment}: not recorded: {g.error}")
+    print(f"recorded {sum(g.ok for g in graded)} of {len(graded)} in the gradebook")
+    return 0 if all(g.ok for g in graded) else 1
+
+
+def _grade(api, args) -> int:
+    from .grade import grade
+
+    if not os.path.isfile(args.notebook):
+        print(f"dtlab course grade: no notebook {args.notebook}", file=sys.stderr)
+        return 2
+    r = grade(args.notebook, args.assignment, out=args.out, student=args.student,
+              source=args.source, cpu_s=args.cpu_limit, timeout=args.timeout,
+              isolate=not args.unsafe_no_sandbox)
+    print(_line(args.student or "-", args.assignment, r.score, r.max_score, r.sandbox))
+    for gid, s in r.scores.items():
+        if s["error"]:
+            print(f"  {gid}: 0 / {s['max_score']:g}: {s['error'].splitlines()[0][:160]}")
+    return 0
+
+
+def _merge(api, args) -> int:
+    from .layout import collect, course_root, scan_submissions, sync
+
+    root = course_root(args.root)
+    pairs = None
+    if args.submissions:
+        known = sync(root, args.notebooks)
+        pairs = scan_submissions(os.path.abspath(args.submissions), known)
+        collect(os.path.abspath(args.submissions), root, pairs)
+    graded = api.merge(root, pairs, db=args.db, results=args.results)
     for g in graded:
         if g.ok:
-            print(f"graded   {g.student}/{g.assignment}: {g.score:g} / {g.max_score:g}")
+            print(_line(g.student, g.assignment, g.score, g.max_score, g.sandbox))
         else:
-            print(f"FAILED   {g.student}/{g.assignment}: nbgrader could not grade it: {g.error}")
-        for flag in g.flags:  # the score stands until a person has looked (dtlab.course.review)
-            print(f"review   {g.student}/{g.assignment}: {flag}")
+            print(f"FAILED   {g.student}/{g.assignment}: not recorded: {g.error}")
     return 0 if all(g.ok for g in graded) else 1
 
 
@@ -116,6 +226,9 @@ def _report(api, args) -> int:
     df = api.report(db=args.db, root=args.root, csv=args.csv)
     if args.json:
         print(json.dumps(json.loads(df.to_json(orient="records")), indent=1))
+    elif args.csv:
+        print(f"wrote {len(df)} rows ({df['student'].nunique()} students, "
+              f"{df['assignment'].nunique()} assignments) to {args.csv}")
     elif df.empty:
         print("no graded submissions yet")
     else:
@@ -124,4 +237,4 @@ def _report(api, args) -> int:
 
 
 _STEPS = {"release": _release, "validate": _validate, "autograde": _autograde,
-          "feedback": _feedback, "report": _report}
+          "grade": _grade, "merge": _merge, "feedback": _feedback, "report": _report}

@@ -4,8 +4,29 @@
     dtlab diagnose DIR [--json]                                            (diagnose)
 """
 
-from .diagnose import CLASSES, Diagnosis, NoEvidence, diagnose
+import importlib
+
+from . import diagnose as _package  # noqa: F401 (first: the name `diagnose` is the function below)
+from .diagnose import NoEvidence
 from .kinds import KINDS
-from .reproduce import Reproduction, reproduce
 
 __all__ = ["reproduce", "diagnose", "KINDS", "CLASSES", "Diagnosis", "NoEvidence", "Reproduction"]
+
+
+def diagnose(path: str):
+    """The verdict for the evidence folder ``path`` (:func:`dtlab.hang.diagnose.pipeline.diagnose`;
+    raises :class:`NoEvidence` if it holds none)."""
+    from .diagnose.pipeline import diagnose as verdict_of
+
+    return verdict_of(path)
+
+
+# imported when first asked for, so that a world without the verdict still has the readers
+_LAZY = {"CLASSES": ".diagnose.verdict", "Diagnosis": ".diagnose.verdict",
+         "reproduce": ".reproduce", "Reproduction": ".reproduce"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name], __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

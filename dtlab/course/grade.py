@@ -1,0 +1,298 @@
+"""Grade one submission of one assignment: its notebook in, its scores and graded notebook out.
+
+Self-contained (no gradebook, no course folder): ``dtlab course autograde`` runs one of these per
+submission, side by side (``--jobs``), or a scheduler runs them on many machines
+(``--slurm-script``); merging into the gradebook is a separate step (:mod:`dtlab.course.api`)::
+
+    r = grade("inbox/alice/00_launch/00_launch.ipynb", "00_launch", out="graded/alice/00_launch")
+    r.score, r.max_score, r.scores["gather_pids_tests"]
+
+What happens, and where (grading/README.md has the threat model):
+
+1. The submission's locked and test cells are replaced by the course source's (a deleted one is
+   put back), as nbgrader does; outputs are cleared.
+2. A **kernel of the grader's own**, never given any of the learner's code, runs the test cells
+   only. It holds the hidden tests and their data; it reaches the learner's functions only
+   through :func:`dtlab.course.answer` and :class:`dtlab.course.Ranks`, which rebuild them from
+   the submission's source text in sandboxes (:mod:`dtlab.runtime.sandbox`) and exchange plain
+   data (JSON) with them. Its kernel talks over local IPC sockets, not TCP.
+3. Every sandbox of the submission is in one cgroup (memory and task limits for all of it
+   together; its CPU time). Each call of a learner's function has a CPU budget (``cpu_s``),
+   which a busy machine does not change; the wall clock bounds a test cell only as a backstop
+   (``timeout``). When the notebook is done, everything left in the cgroup is killed.
+4. Scores are nbgrader's own rule (:func:`nbgrader.utils.determine_grade`): a test cell with an
+   error output scores 0, else its points. What the grader's kernel writes to stderr (a library
+   warning) is its own, not the learner's: it is shown as ordinary output.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import math
+import os
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+
+from .context import Context, ENV
+from .layout import CourseError, notebooks_dir
+
+TIMEOUT_S = 900.0     # wall-clock backstop per test cell (the grader's own work included)
+CPU_S = 60.0          # CPU seconds per call of a learner's function
+STARTUP_S = 300.0     # the grader's kernel, on a machine as busy as it gets
+
+
+@dataclass
+class Result:
+    """One graded submission: per test cell ``{"score", "max_score", "error"}``."""
+
+    assignment: str
+    student: str
+    scores: dict = field(default_factory=dict)
+    score: float = 0.0
+    max_score: float = 0.0
+    sandbox: str = ""          # how it was isolated ("bwrap, cgroup v1", or "UNSAFE: ...")
+    cpu_s: float = 0.0         # CPU time of everything the submission's code ran
+    wall_s: float = 0.0
+    submission_sha256: str = ""
+    notebook: str = ""         # the graded notebook, when written
+    error: str = ""            # why it could not be graded at all (an unreadable notebook)
+
+    @property
+    def unsafe(self) -> bool:
+        return self.sandbox.startswith("UNSAFE")
+
+    def save(self, path: str) -> None:
+        with open(path, "w") as f:
+            json.dump(asdict(self), f, indent=1)
+
+    @classmethod
+    def load(cls, path: str) -> "Result":
+        with open(path) as f:
+            return cls(**json.load(f))
+
+
+def check_limit(value, what: str) -> float:
+    """A limit in seconds: a positive finite number, else CourseError naming it."""
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        v = math.nan
+    if not math.isfinite(v) or v <= 0:
+        raise CourseError(f"{what} must be a positive number of seconds, got {value!r}")
+    return v
+
+
+def _sha(path: str) -> str:
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def grade(submission: str, assignment: str, *, out: str | None = None, student: str = "",
+          source: str | None = None, only: set[str] | None = None, isolate: bool = True,
+          cpu_s: float = CPU_S, timeout: float = TIMEOUT_S, limits=None) -> Result:
+    """Grade ``submission`` (a notebook of ``assignment``); write ``out/<assignment>.ipynb`` and
+    ``out/result.json`` when ``out`` is given. ``only``: grade these test cells (grade_ids) alone.
+    ``isolate=False`` runs the learner's code without a sandbox (``--unsafe-no-sandbox``)."""
+    import nbformat
+
+    from ..runtime.cgroups import Cgroup
+    from ..runtime.sandbox import Limits, unavailable
+
+    cpu_s, timeout = check_limit(cpu_s, "the CPU limit"), check_limit(timeout, "the timeout")
+    limits = limits or Limits()
+    if isolate and (why := unavailable()):
+        raise CourseError(f"no sandbox: {why}; grade elsewhere, or pass --unsafe-no-sandbox to "
+                          f"grade without isolation (every report line will say so)")
+    source = source or os.path.join(notebooks_dir(), assignment + ".ipynb")
+    started = time.monotonic()
+    result = Result(assignment, student, submission_sha256=_sha(submission))
+    src = nbformat.read(source, as_version=4)
+    try:
+        if os.path.getsize(submission) > 64 << 20:
+            raise ValueError("the notebook is larger than 64 MB")
+        sub = nbformat.read(submission, as_version=4)
+    except Exception as e:  # not a notebook at all: every test scores 0, and the reason is kept
+        result.error = f"the submission is not a readable notebook: {type(e).__name__}: {e}"
+        sub = copy.deepcopy(src)
+        for cell in sub.cells:
+            if _is_solution(cell):
+                cell.source = ""
+    nb = restore(sub, src)
+    tests = [c for c in nb.cells if _is_test(c) and (only is None or _gid(c) in only)]
+    work = tempfile.mkdtemp(prefix="dtlab-grade-")
+    scratch = tempfile.mkdtemp(prefix="dtlab-scratch-")
+    os.chmod(work, 0o700)
+    cgroup = Cgroup.create(f"grade-{os.getpid()}", limits.memory_bytes, limits.tasks)
+    result.sandbox = _describe(isolate, cgroup)
+    try:
+        trusted = {_gid(c) for c in src.cells if _is_trusted(c)}
+        ctx = Context(assignment, [{"source": c.source, "solution": _is_solution(c),
+                                    "grade_id": _gid(c), "trusted": _gid(c) in trusted}
+                                   for c in nb.cells if c.cell_type == "code"],
+                      scratch, work, isolate=isolate,
+                      cgroup={"version": cgroup.version, "dirs": cgroup.dirs} if cgroup else None,
+                      limits=asdict(limits), cpu_s=cpu_s,
+                      source=[{"source": c.source, "grade_id": _gid(c), "trusted": _is_trusted(c)}
+                              for c in src.cells if c.cell_type == "code"])
+        ctx.save(os.path.join(work, "context.json"))
+        _run_tests(tests, work, timeout)
+        result.cpu_s = cgroup.cpu_seconds() if cgroup else 0.0
+    finally:
+        if cgroup is not None:
+            cgroup.remove()
+        shutil.rmtree(scratch, ignore_errors=True)
+        shutil.rmtree(work, ignore_errors=True)
+    _score(nb, result)
+    result.wall_s = round(time.monotonic() - started, 2)
+    if out:
+        os.makedirs(out, exist_ok=True)
+        result.notebook = os.path.join(out, assignment + ".ipynb")
+        nbformat.write(nb, result.notebook)
+        result.save(os.path.join(out, "result.json"))
+    return result
+
+
+def _describe(isolate: bool, cgroup) -> str:
+    limits = f"cgroup v{cgroup.version}" if cgroup else "per-process rlimits"
+    if isolate:
+        return f"bwrap sandbox, {limits}"
+    return f"UNSAFE: no sandbox (--unsafe-no-sandbox), {limits}"
+
+
+# ---- the notebook ------------------------------------------------------------------------
+
+def _meta(cell) -> dict:
+    return cell.get("metadata", {}).get("nbgrader", {})
+
+
+def _gid(cell) -> str | None:
+    return _meta(cell).get("grade_id")
+
+
+def _is_solution(cell) -> bool:
+    return bool(_meta(cell).get("solution"))
+
+
+def _is_test(cell) -> bool:
+    m = _meta(cell)
+    return cell.cell_type == "code" and bool(m.get("grade")) and not m.get("solution")
+
+
+def _is_trusted(cell) -> bool:
+    """A cell the course source owns: locked, or a test; never a solution cell."""
+    return bool(_gid(cell)) and bool(_meta(cell).get("locked") or _is_test(cell)) \
+        and not _is_solution(cell)
+
+
+def restore(sub, src):
+    """The submission with every locked and test cell of the source in place (replaced where the
+    learner edited it, put back where deleted, after the cell that precedes it in the source),
+    outputs cleared."""
+    nb = copy.deepcopy(sub)
+    trusted = {_gid(c): c for c in src.cells if _is_trusted(c)}
+    cells, seen = [], set()
+    for cell in nb.cells:
+        gid = _gid(cell)
+        if gid in trusted:
+            if gid in seen:
+                continue  # a duplicated locked cell: keep one
+            cell = copy.deepcopy(trusted[gid])
+            seen.add(gid)
+        elif _meta(cell).get("grade") and not _is_solution(cell):
+            continue  # a cell posing as a test the source does not have: not graded
+        cells.append(cell)
+    order = [_gid(c) for c in src.cells]
+    for i, gid in enumerate(order):
+        if gid in trusted and gid not in seen:
+            before = next((g for g in reversed(order[:i]) if g in {_gid(c) for c in cells}), None)
+            at = next((k + 1 for k, c in enumerate(cells) if before and _gid(c) == before), 0)
+            cells.insert(at, copy.deepcopy(trusted[gid]))
+    nb.cells = cells
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+    return nb
+
+
+# ---- the grader's kernel -------------------------------------------------------------------
+
+def _run_tests(tests: list, work: str, timeout: float) -> None:
+    """Execute the test cells, in order, in a fresh kernel of the grader's (IPC transport);
+    their outputs are written into the cells."""
+    import nbformat
+    from jupyter_client.manager import KernelManager
+    from nbclient import NotebookClient
+    from nbclient.exceptions import DeadKernelError
+
+    if not tests:
+        return
+    nb = nbformat.v4.new_notebook(cells=[copy.deepcopy(c) for c in tests])
+    km = KernelManager(kernel_name="python3", transport="ipc", ip=os.path.join(work, "kernel"),
+                       connection_file=os.path.join(work, "kernel.json"))
+    env = {**os.environ, ENV: os.path.join(work, "context.json"), "DTLAB_OUTPUT": "lines",
+           "CUDA_VISIBLE_DEVICES": "", "NBGRADER_EXECUTION": "autograde"}
+    client = NotebookClient(nb, km=km, timeout=int(math.ceil(timeout)), allow_errors=True,
+                            interrupt_on_timeout=True, startup_timeout=int(STARTUP_S),
+                            iopub_timeout=30, record_timing=False)
+    try:
+        client.execute(env=env, cwd=work)
+    except DeadKernelError:
+        pass  # the cells that did not run get their error below
+    except Exception as e:  # the kernel did not start, or nbclient gave up on it
+        _not_run(nb.cells, f"the grader's kernel failed: {type(e).__name__}: {e}")
+    finally:
+        try:
+            if km.has_kernel:
+                km.shutdown_kernel(now=True)
+        except Exception:
+            pass
+    _not_run(nb.cells, "not run: the grader's kernel ended before this cell")
+    for cell, done in zip(tests, nb.cells):
+        cell.outputs = [_own_stderr(o) for o in done.outputs]
+
+
+def _not_run(cells: list, why: str) -> None:
+    import nbformat
+
+    for cell in cells:
+        if cell.execution_count is None and not cell.outputs:
+            cell.outputs = [nbformat.v4.new_output("error", ename="NotRun", evalue=why,
+                                                   traceback=[f"NotRun: {why}"])]
+
+
+def _own_stderr(output):
+    """The grader's kernel's stderr (warnings of the libraries the test uses) as stdout: nbgrader
+    scores a test cell with stderr output 0, and it is not the learner's."""
+    if output.get("output_type") == "stream" and output.get("name") == "stderr":
+        output = copy.deepcopy(output)
+        output["name"] = "stdout"
+    return output
+
+
+def _score(nb, result: Result) -> None:
+    from nbgrader.utils import determine_grade
+
+    for cell in nb.cells:
+        if not _is_test(cell):
+            continue
+        score, max_score = determine_grade(cell)
+        errors = [o for o in cell.outputs if o.get("output_type") == "error"]
+        why = f"{errors[0].get('ename')}: {str(errors[0].get('evalue'))[:500]}" if errors else ""
+        result.scores[_gid(cell)] = {"score": score or 0.0, "max_score": max_score, "error": why}
+    result.score = sum(s["score"] for s in result.scores.values())
+    result.max_score = sum(s["max_score"] for s in result.scores.values())
+    if result.error:
+        for s in result.scores.values():
+            s["error"] = s["error"] or result.error
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m dtlab.course.grade NOTEBOOK ASSIGNMENT OUT``: used by ``autograde --jobs``."""
+    args = argv if argv is not None else sys.argv[1:]
+    grade(args[0], args[1], out=args[2])
+    return 0
