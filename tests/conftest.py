@@ -1,10 +1,21 @@
-"""Shared fixtures: every test that starts ranks proves that none is left afterwards."""
+"""Shared fixtures: every test that starts ranks proves that none is left afterwards.
+
+Grading: the whole test run is one grading session (as one `dtlab course autograde` run is): one
+seed for hidden inputs and one cache, so 08's broken capstone runs are made once per test run, not
+once per test. Tests marked ``sandbox`` need bubblewrap; they skip without it, unless
+DTLAB_REQUIRE_SANDBOX=1 (CI sets it), where they fail."""
 
 import os
+import secrets
+import shutil
+import tempfile
 import time
 
 import psutil
 import pytest
+
+from dtlab.course.graded import CACHE_ENV, SEED_ENV
+from dtlab.runtime import sandbox
 
 
 def _descendants():
@@ -12,11 +23,20 @@ def _descendants():
             and p.status() != psutil.STATUS_ZOMBIE]
 
 
+def _zygotes() -> set[int]:
+    """The shared zygotes (dtlab.runtime.zygote) live as long as this process, by design; what
+    they fork does not."""
+    import sys
+
+    z = sys.modules.get("dtlab.runtime.zygote")
+    return {x.proc.pid for x in z.Zygote._shared.values()} if z is not None else set()
+
+
 def assert_no_descendants(timeout: float = 5.0, ignore=()):
     deadline = time.monotonic() + timeout
     left = []
     while time.monotonic() < deadline:
-        left = [p for p in _descendants() if p.pid not in ignore]
+        left = [p for p in _descendants() if p.pid not in ignore and p.pid not in _zygotes()]
         if not left:
             return
         time.sleep(0.1)
@@ -90,3 +110,38 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+GRADING_SEED = os.environ.get(SEED_ENV) or secrets.token_hex(8)
+
+
+def pytest_report_header(config):
+    return f"grading seed: {GRADING_SEED} (rerun with {SEED_ENV}={GRADING_SEED} for the same hidden inputs)"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _grading_session():
+    saved = {k: os.environ.get(k) for k in (SEED_ENV, CACHE_ENV)}
+    cache = tempfile.mkdtemp(prefix="dtlab-test-session-")
+    os.environ[SEED_ENV] = GRADING_SEED
+    os.environ[CACHE_ENV] = cache
+    yield cache
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+    shutil.rmtree(cache, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def _needs_sandbox(request):
+    if request.node.get_closest_marker("sandbox") is None:
+        return
+    why = sandbox.unavailable()
+    if why is None:
+        return
+    if os.environ.get("DTLAB_REQUIRE_SANDBOX"):
+        pytest.fail(f"no sandbox here ({why}) but DTLAB_REQUIRE_SANDBOX is set: "
+                    "apt-get install bubblewrap")
+    pytest.skip(f"no sandbox here: {why}")
