@@ -10,10 +10,11 @@ its autograde runs with Execute replaced by Replay, which puts in the outputs `d
 grade` produced, so the gradebook, formgrader and feedback work as in any nbgrader course.
 """
 
-from dtlab.course.execute import autograde_preprocessors
+from dtlab.course.execute import autograde_preprocessors, sanitize_preprocessors
 
 c = get_config()  # noqa: F821 (defined by traitlets when it runs this file)
 
+c.Autograde.sanitize_preprocessors = sanitize_preprocessors()
 c.Autograde.autograde_preprocessors = autograde_preprocessors()
 
 # --- what a submission cannot change -------------------------------------------------------------

@@ -9,8 +9,13 @@ executing the notebook, :class:`Replay` puts each test cell's graded outputs in.
 gradebook, ``nbgrader formgrader`` and feedback see an ordinary nbgrader course, and nothing in
 nbgrader's process runs a learner's code.
 
+A submission's cell posing as a test the source does not have is not graded here, as in
+``dtlab course grade`` (:class:`Posers`, before nbgrader's OverwriteCells, which would delete
+its ``grade_id`` and then fail on the cell: nbgrader 0.9.6, ``KeyError: 'grade_id'``).
+
 Enabled in grading/nbgrader_config.py::
 
+    c.Autograde.sanitize_preprocessors = sanitize_preprocessors()
     c.Autograde.autograde_preprocessors = autograde_preprocessors()
     c.Replay.results = "<course root>/graded"      # set by dtlab course merge
 """
@@ -91,6 +96,39 @@ class Replay(NbGraderPreprocessor):
                     cell.outputs = done.outputs
                     cell.execution_count = done.execution_count
         return nb, resources
+
+
+class Posers(NbGraderPreprocessor):
+    """A cell marked as a test (or locked, or a task) whose grade_id the source notebook lacks
+    is the learner's own cell: it keeps its text and loses the marks it claims."""
+
+    def preprocess(self, nb, resources):
+        from nbgrader.api import Gradebook
+
+        info = resources["nbgrader"]
+        with Gradebook(info["db_url"]) as gb:
+            known = {c.name for c in gb.find_notebook(info["notebook"], info["assignment"]).source_cells}
+        for cell in nb.cells:
+            meta = cell.metadata.get("nbgrader")
+            if meta is not None and meta.get("grade_id") not in known and (
+                    meta.get("grade") or meta.get("locked") or meta.get("task")):
+                self.log.warning("Cell %r is not in the source notebook: not graded",
+                                 meta.get("grade_id"))
+                del cell.metadata["nbgrader"]
+        return nb, resources
+
+
+def sanitize_preprocessors() -> list:
+    """nbgrader's sanitize pipeline with :class:`Posers` before OverwriteCells."""
+    from nbgrader.converters import Autograde
+    from nbgrader.preprocessors import OverwriteCells
+
+    steps = list(Autograde.class_traits()["sanitize_preprocessors"].default())
+    if OverwriteCells not in steps:
+        raise RuntimeError("nbgrader's pipeline has no OverwriteCells step; dtlab.course.execute "
+                           f"was written for nbgrader 0.9 (got {steps}).")
+    at = steps.index(OverwriteCells)
+    return steps[:at] + [Posers] + steps[at:]
 
 
 def autograde_preprocessors() -> list:
