@@ -16,8 +16,10 @@ Bounds that a busy machine does not move: ``cpu_s`` (the ranks' CPU time togethe
 names what each waits for), and **silence** (no CPU used and no message for ``idle_s``). A wall
 clock bound (``wall_s``) is a backstop only.
 
-How a rank process is started is the caller's (``spawn``): a plain child by default, a sandbox
-(:mod:`.sandbox`) when graded. Each rank runs ``python -I observed_rank.py SOCKET``; the call
+How a rank process is started is the caller's (``spawn``): a plain child by default, forked
+from a zygote that has already imported torch (:func:`warm_spawn`, :mod:`.zygote`), or moved
+into a sandbox of its own (:mod:`.sandbox`) when graded. Each rank runs
+``observed_rank.main(SOCKET)`` (cold: ``python -I observed_rank.py SOCKET``); the call
 (``fn`` and each rank's arguments) is pickled here and unpickled there -- by the ranks, from
 this process: the safe direction.
 """
@@ -63,13 +65,34 @@ def plain_spawn(rank: int, argv: list[str], socket_path: str) -> subprocess.Pope
                             start_new_session=True, close_fds=True)
 
 
+# what a rank imports before it reads its job: a zygote (:mod:`.zygote`) imports it once
+RANK_MAIN = "dtlab.runtime.observed_rank:main"
+RANK_PRELOAD = ["torch", "torch.distributed", "cloudpickle"]
+# one thread per rank process: the ranks of a job share the machine (and, graded, a cgroup)
+RANK_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
+
+
+def warm_spawn(zygote, path: list[str]) -> Callable[[int, list[str], str], Any]:
+    """A ``spawn`` for :func:`run`: each rank forked from ``zygote`` (a
+    :class:`~dtlab.runtime.zygote.Zygote` with :data:`RANK_PRELOAD`) as a plain child with this
+    process's environment and ``path`` first on its ``sys.path``: no sandbox, only no
+    ``import torch`` per rank."""
+    def spawn(rank: int, argv: list[str], socket_path: str):
+        return zygote.spawn(RANK_MAIN, [socket_path], env={**os.environ, **RANK_ENV},
+                            cwd=os.getcwd(), path=path)
+
+    return spawn
+
+
 def run(fn: Callable, per_rank: list[tuple], *, offer: set[str] | None = None,
         max_numel: dict[str, int] | None = None, kwargs: dict | None = None,
         path: list[str] | None = None,
         deliver: Callable | None = None, serve: Callable | None = None,
         spawn: Callable[[int, list[str], str], subprocess.Popen] = plain_spawn,
         cpu_s: float = 120.0, idle_s: float = 60.0, wall_s: float = 1800.0) -> Outcome:
-    """``fn(*per_rank[r], **kwargs)`` on rank r of ``len(per_rank)`` observed ranks."""
+    """``fn(*per_rank[r], **kwargs)`` on rank r of ``len(per_rank)`` observed ranks. ``path``:
+    the ranks' ``sys.path`` comes first (default: this process's, so that functions of
+    importable modules, which travel by reference, resolve there too)."""
     import cloudpickle
 
     n = len(per_rank)
@@ -82,7 +105,8 @@ def run(fn: Callable, per_rank: list[tuple], *, offer: set[str] | None = None,
     try:
         for r in range(n):
             call = cloudpickle.dumps((fn, tuple(per_rank[r]), kwargs or {}))
-            relay.jobs[r] = ({"t": "job", "rank": r, "world": n, "path": path or []}, call)
+            relay.jobs[r] = ({"t": "job", "rank": r, "world": n,
+                              "path": list(sys.path) if path is None else path}, call)
         argv = [sys.executable, "-I", RANK_SCRIPT]
         for r in range(n):
             procs[r] = spawn(r, argv, relay.paths[r])
@@ -139,7 +163,7 @@ def _serve(relay: Relay, procs: dict, cpu_s: float, idle_s: float,
             return f"the ranks used no CPU and sent nothing for {idle_s:g} s", cpu - cpu0
         if now - start > wall_s:
             return f"the job ran for more than {wall_s:g} s", cpu - cpu0
-    return "", max(_cpu_of(procs), last_cpu) - cpu0
+    return relay.stopped, max(_cpu_of(procs), last_cpu) - cpu0
 
 
 def _cpu_of(procs: dict) -> float:
@@ -147,7 +171,7 @@ def _cpu_of(procs: dict) -> float:
 
 
 def _collect(stream, lines: list[str]) -> None:
-    for line in iter(stream.readline, b""):
+    for line in iter(lambda: stream.readline(4096), b""):
         if len(lines) < OUTPUT_LINES:
             lines.append(line.decode(errors="replace"))
         elif len(lines) == OUTPUT_LINES:

@@ -1,4 +1,5 @@
-"""One rank of an observed job (:mod:`.observed`): ``python -I observed_rank.py SOCKET``.
+"""One rank of an observed job (:mod:`.observed`): ``python -I observed_rank.py SOCKET``, or
+``main(SOCKET)`` in a process forked from a zygote that imported this module (:mod:`.zygote`).
 
 Run as a script, not as ``-m dtlab...``: until it has read its job it imports only the standard
 library, so that the job's world (``path``: a copy of dtlab without the modules an exercise takes
@@ -37,10 +38,10 @@ def _die_with_parent():
         pass
 
 
-def main():
+def main(socket_path: str | None = None):
     _die_with_parent()
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.connect(sys.argv[1])
+    sock.connect(socket_path or sys.argv[1])
     (hlen,) = struct.unpack("!I", _exactly(sock, 4))
     job = json.loads(_exactly(sock, hlen))
     call = _exactly(sock, int(job.get("n", 0)))

@@ -39,7 +39,8 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 MAX_HEADER = 1 << 20
-MAX_PAYLOAD = 1 << 30
+MAX_PAYLOAD = 64 << 20    # bytes in one message
+MAX_TOTAL = 256 << 20     # bytes through the relay in one job: it keeps them all (the record)
 P2P = ("send", "recv")
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "barrier", "reduce")
 REDUCTIONS = ("sum", "max", "min", "product")
@@ -117,6 +118,8 @@ class Relay:
         self._pending: dict[int, dict[int, str]] = {r: {} for r in range(nprocs)}  # id -> what
         self._seq = 0
         self.last_message = time.monotonic()
+        self.total_bytes = 0
+        self.stopped = ""  # why the relay gave up on the job (too much data), else ""
 
     # -- the loop -----------------------------------------------------------------------------
     def step(self, timeout: float) -> None:
@@ -131,7 +134,7 @@ class Relay:
                 self._flush(self.conns[r])
 
     def done(self) -> bool:
-        return len(self.results) + len(self.errors) >= self.nprocs
+        return bool(self.stopped) or len(self.results) + len(self.errors) >= self.nprocs
 
     def waiting(self) -> dict[int, list[str]]:
         """What each rank has asked for and not yet got (a recv, a collective)."""
@@ -197,6 +200,11 @@ class Relay:
             payload = bytes(c.buf[4 + hlen:4 + hlen + n])
             del c.buf[:4 + hlen + n]
             self.last_message = time.monotonic()
+            self.total_bytes += n
+            if self.total_bytes > MAX_TOTAL:
+                self.stopped = (f"the ranks sent more than {MAX_TOTAL >> 20} MB through the relay "
+                                f"(rank {c.rank} last)")
+                return self._broken(c, "too much data")
             try:
                 self._handle(c, header, payload)
             except (KeyError, TypeError, ValueError) as e:
@@ -407,8 +415,6 @@ def _bytes(tensors) -> bytes:
 
 
 def _reduce(name: str, stack):
-    import torch
-
     if name == "sum":
         return stack.sum(0, dtype=stack.dtype)
     if name == "product":

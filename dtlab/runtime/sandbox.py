@@ -19,9 +19,9 @@ A sandbox (``bwrap``, https://github.com/containers/bubblewrap) has
   kernel kills every other one in it, daemons and processes of their own session included;
   ``--die-with-parent`` ends it if the process that started it dies;
 * its own **mount** namespace, built from nothing: a read-only system (``/usr``, ``/etc``, the
-  Python installation), the view's read-only and writable binds, a private ``/tmp`` (bounded)
-  and ``/dev``, and nothing else -- no home folders, no other submission, no gradebook, no
-  course source, no repository beyond what the view binds;
+  Python installation), the view's binds, a private ``/tmp`` and home folder (bounded tmpfs:
+  nothing it writes reaches the machine's disks) and ``/dev``, and nothing else -- no other
+  submission, no gradebook, no course source, no repository beyond what the view binds;
 * its own **network** namespace with loopback only, and its own IPC and UTS namespaces;
 * a **cgroup** shared by every sandbox of the box (:mod:`.cgroups`): memory and task limits for
   all of them together, and their CPU time. Where no cgroup can be made, per-process rlimits
@@ -55,7 +55,7 @@ class Limits:
     memory_bytes: int = 4 * GiB
     tasks: int = 512            # processes and threads
     cpu_s_per_process: float = 900.0   # RLIMIT_CPU: a backstop; graders poll CPU per call
-    tmp_bytes: int = 1 * GiB    # the private /tmp (tmpfs: its pages count as the box's memory)
+    tmp_bytes: int = 1 * GiB    # each of /tmp and home (tmpfs: their pages count as memory)
 
     def __post_init__(self):
         for name in ("memory_bytes", "tasks", "cpu_s_per_process", "tmp_bytes"):
@@ -68,7 +68,8 @@ class Limits:
 @dataclass
 class View:
     """What a sandbox sees beyond the read-only system and Python: (source, destination) binds,
-    the writable folder it starts in (``home``) and its environment (added to a clean one)."""
+    the folder it starts in (``home``: a fresh tmpfs of its own, like /tmp) and its environment
+    (added to a clean one)."""
 
     ro: list[tuple[str, str]] = field(default_factory=list)
     rw: list[tuple[str, str]] = field(default_factory=list)
@@ -142,6 +143,7 @@ def bwrap_argv(view: View, limits: Limits) -> list[str]:
             "--die-with-parent", "--new-session", "--hostname", "sandbox", *_system_binds(),
             "--proc", "/proc", "--dev", "/dev", "--size", str(int(limits.tmp_bytes)),
             "--tmpfs", "/tmp"]
+    args += ["--size", str(int(limits.tmp_bytes)), "--tmpfs", view.home]
     for src, dst in view.ro:
         args += ["--ro-bind", src, dst]
     for src, dst in view.rw:
@@ -191,6 +193,7 @@ class Box:
             f"{name}-{uuid.uuid4().hex[:8]}", self.limits.memory_bytes, self.limits.tasks)
         self.procs: list[subprocess.Popen] = []
         self._seen_cpu: dict[int, float] = {}  # without a cgroup: last CPU seen per process
+        self._homes: list[str] = []  # without a sandbox: each process's home folder
 
     @property
     def limited_by(self) -> str:
@@ -213,13 +216,87 @@ class Box:
         else:
             cmd = list(argv)
             env.update(_environment(view))
-            env["HOME"] = _host_path(view, view.home)
+            import tempfile
+
+            env["HOME"] = tempfile.mkdtemp(prefix="dtlab-unsandboxed-home-")
+            self._homes.append(env["HOME"])
             kwargs.setdefault("cwd", env["HOME"])
             kwargs["start_new_session"] = True
         proc = subprocess.Popen(["/bin/sh", "-c", _JOIN, "sh", *cmd], env=env, close_fds=True,
                                 **kwargs)
         self.procs.append(proc)
         return proc
+
+    def spawn_warm(self, zygote, main: str, args: list[str], view: View,
+                   path: list[str] = (), **stdio):
+        """Like :meth:`popen`, but the process is forked from ``zygote``
+        (:class:`dtlab.runtime.zygote.Zygote`, whose imports it inherits) and moved into a new
+        sandbox with ``view``; it runs ``main`` (``"module:function"``) with ``args`` and ``path``
+        first on its ``sys.path`` (folders the view shows where they are here). Returns a
+        Popen-like handle (``stdio``: :meth:`Zygote.spawn`'s ``stdin``/``separate_stderr``)."""
+        rlimits = {"cpu": int(math.ceil(self.limits.cpu_s_per_process))}
+        if self.cgroup is None:
+            rlimits["as"] = self.limits.memory_bytes
+            if os.geteuid() != 0:
+                rlimits["nproc"] = self.limits.tasks + _my_process_count()
+        holder = self._hold(view) if self.isolate else None
+        env = _environment(view)
+        cwd = view.home
+        if not self.isolate:
+            import tempfile
+
+            env["HOME"] = cwd = tempfile.mkdtemp(prefix="dtlab-unsandboxed-home-")
+            self._homes.append(cwd)
+        proc = zygote.spawn(main, args, env=env, cwd=cwd, path=path, holder=holder,
+                            cgroup=self.cgroup.procs_files if self.cgroup else [],
+                            rlimits=rlimits, **stdio)
+        self.procs.append(proc)
+        return proc
+
+    def _hold(self, view: View, timeout: float = 30.0) -> int:
+        """Start an empty sandbox with ``view`` (its first process idles until the box closes);
+        return the host pid of that process, whose namespaces and root a fork enters."""
+        import json
+        import time
+
+        r, w = os.pipe()
+        argv = bwrap_argv(view, self.limits)
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+               "DTLAB_CGROUP_PROCS": " ".join(self.cgroup.procs_files) if self.cgroup else "",
+               "DTLAB_RLIMIT_CPU": str(int(math.ceil(self.limits.cpu_s_per_process)))}
+        cmd = [argv[0], "--info-fd", str(w), *argv[1:], "/bin/sh", "-c", "read x"]
+        proc = subprocess.Popen(["/bin/sh", "-c", _JOIN, "sh", *cmd], env=env, close_fds=True,
+                                pass_fds=(w,), stdin=subprocess.PIPE,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        os.close(w)
+        self.procs.append(proc)
+        info = b""
+        with os.fdopen(r, "rb") as f:
+            while b"}" not in info:
+                chunk = f.read1(4096) if hasattr(f, "read1") else f.read(4096)
+                if not chunk:
+                    break
+                info += chunk
+        try:
+            init = json.loads(info[:info.index(b"}") + 1])["child-pid"]
+        except (ValueError, KeyError):
+            proc.kill()
+            raise RuntimeError("bwrap did not start the sandbox: "
+                               + proc.stderr.read().decode(errors="replace").strip()[:300])
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:  # bwrap's init starts the idle process next
+            try:
+                kids = psutil.Process(init).children()
+            except psutil.Error:
+                kids = []
+            if kids:
+                return kids[0].pid
+            if proc.poll() is not None:
+                break
+            time.sleep(0.002)
+        proc.kill()
+        raise RuntimeError("bwrap's sandbox did not start its first process: "
+                           + proc.stderr.read().decode(errors="replace").strip()[:300])
 
     # -- what the box used ----------------------------------------------------------------------
     def cpu_seconds(self) -> float:
@@ -268,6 +345,9 @@ class Box:
             self.cgroup.remove()
         self.cgroup = None
         self.procs.clear()
+        for home in self._homes:
+            shutil.rmtree(home, ignore_errors=True)
+        self._homes.clear()
 
     def __enter__(self) -> "Box":
         return self
@@ -317,9 +397,3 @@ def _my_process_count() -> int:
     return n
 
 
-def _host_path(view: View, path: str) -> str:
-    """Where ``path`` (as the sandbox names it) is on the host, for an unsandboxed process."""
-    for src, dst in (*view.rw, *view.ro):
-        if path == dst or path.startswith(dst.rstrip("/") + "/"):
-            return src + path[len(dst):]
-    return path
