@@ -25,6 +25,10 @@ its own line so that no traceback quotes it). Each bug is a mistake people make:
   collective is FSDP2's all-gather, while the others wait in the all-reduce it skipped: the
   mirror image of ``extra_metric`` -- the ops differ at one position, the culprit is the rank
   that is *ahead*, and its stack is in FSDP2's all-gather, not on a line of the bug.
+* ``loader_timeout``: ``stuck_loader`` with the usual fix half-done: the culprit's data loader
+  waits ``LOADER_TIMEOUT_S`` for a batch, then gives up and raises. The stack snapshot (taken
+  while every rank was quiet) shows the culprit *waiting*; its traceback, later, shows where it
+  *ended*: two different lines of the loader, and a postmortem must read the more recent one.
 
 Every run is bounded: the collective timeout (``init_process_group(timeout=...)``) is
 ``PG_TIMEOUT`` seconds, and ``dtlab.run``'s own deadline stops whatever is still stuck.
@@ -51,6 +55,8 @@ MAX_STEP = 8        # --at-step bound: each good step costs time, the bug is the
 PG_TIMEOUT = 5.0    # seconds a collective may wait before gloo gives up
 TIMEOUT = 45.0      # dtlab.run's deadline for the whole job
 STUCK_S = 3600.0    # how long the stuck loader blocks: longer than any deadline
+LOADER_TIMEOUT_S = 4.0   # loader_timeout: after the quiet snapshot (2 s), before the collective
+                         # timeout (PG_TIMEOUT): the culprit's error comes first
 PAD = 3             # gather_shapes: padding positions the culprit drops from its outputs
 
 
@@ -89,6 +95,12 @@ BUGS = {b.name: b for b in [
         "timeout; the culprit is stuck in the data loader and issued fewer collectives. Its "
         "stack shows the loader, not a collective: missing_collective, culprit the rank outside "
         "any collective, confident false (stacks are one snapshot)."),
+    Bug("loader_timeout", "the culprit's data loader waits for a batch, times out and raises",
+        "error", "missing_collective",
+        "the others wait in FSDP2's all-gather of the next forward; the culprit's loader gives "
+        "up after a few seconds and raises (a TimeoutError), so the others lose their peer. "
+        "The culprit issued fewer collectives: missing_collective. Its stack snapshot shows it "
+        "waiting in the loader; its traceback, more recent, the line that raised."),
     Bug("skip_metric", "the culprit skips the logged loss's all_reduce on one step",
         "hang", "op_mismatch",
         "a hang: the others wait in the loss all_reduce the culprit skipped, the culprit waits "
@@ -98,11 +110,12 @@ BUGS = {b.name: b for b in [
 ]}
 
 # the bugs whose diagnosis dtlab gets right (class, and culprit or an honest "unsure")
-DIAGNOSED = ("extra_metric", "gather_shapes", "stuck_loader", "skip_metric")
+DIAGNOSED = ("extra_metric", "gather_shapes", "stuck_loader", "skip_metric", "loader_timeout")
 
 # What to change, per bug: the fix a postmortem names (section 08's vocabulary).
 FIXES = {"extra_metric": "same_collectives", "skip_metric": "same_collectives",
-         "gather_shapes": "same_shapes", "stuck_loader": "unblock_rank"}
+         "gather_shapes": "same_shapes", "stuck_loader": "unblock_rank",
+         "loader_timeout": "unblock_rank"}
 
 
 def bug_site(bug: str) -> str:
@@ -146,14 +159,19 @@ def check_args(bug: str, nprocs: int | None, backend: str, out: str | None,
                          f"evidence from two runs never mixes.")
 
 
-def _stuck_batches(batches, culprit: bool, at_step: int):
-    """The data loader: yields batches; on the culprit, blocks for good before step at_step."""
+def _stuck_batches(batches, culprit: bool, at_step: int, bug: str = "stuck_loader"):
+    """The data loader: yields batches; on the culprit, before step at_step, blocks for good
+    (stuck_loader) or waits LOADER_TIMEOUT_S and raises (loader_timeout)."""
     import threading
 
     for step, b in enumerate(batches):
-        if culprit and step == at_step:
+        if culprit and step == at_step and bug == "stuck_loader":
             # the bug (stuck_loader): a loader worker that never answers
             threading.Event().wait(STUCK_S)
+        if culprit and step == at_step and bug == "loader_timeout":
+            threading.Event().wait(LOADER_TIMEOUT_S)  # a worker that never answers, and then:
+            # the bug (loader_timeout): the loader gives up, and takes its rank down with it
+            raise TimeoutError(f"data loader timed out: no batch within {LOADER_TIMEOUT_S:g} s")
         yield b
 
 
@@ -178,8 +196,8 @@ def rank_hang(bug: str, size: str = "tiny", seed: int = 0, culprit_rank: int = C
     shard(model, dev)
     opt = make_optimizer(model, cfg.lr)
     batches = corpus.batches(corpus.corpus(), cfg.batch, cfg.seq, rank, world, seed, dev)
-    if bug == "stuck_loader":
-        batches = _stuck_batches(batches, culprit, at_step)
+    if bug in ("stuck_loader", "loader_timeout"):
+        batches = _stuck_batches(batches, culprit, at_step, bug)
     losses = []
     for step in range(at_step + 2):
         print(f"[dtlab-step] rank={rank} step={step} phase=data t={time.time():.6f}", flush=True)

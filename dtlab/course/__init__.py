@@ -24,14 +24,14 @@ from .answer import Answer, Folder, answer, folder
 from .api import Graded, Released, Validation, autograde, feedback, merge, release, report, validate
 from .broken import unlabeled_copy
 from .context import cell
-from .graded import backend, grading, run_graded
+from .graded import backend, grading, rng, run_graded
 from .layout import CourseError, assignment_ids, course_root
 from .learner import NotPlain, plain
 from .recorded import Recorded, recorded
 
 __all__ = ["release", "validate", "autograde", "merge", "feedback", "report", "Released",
            "Validation", "Graded", "CourseError", "assignment_ids", "course_root", "run_graded",
-           "backend", "grading", "recorded", "Recorded", "unlabeled_copy", "plain", "NotPlain",
+           "backend", "grading", "rng", "recorded", "Recorded", "unlabeled_copy", "plain", "NotPlain",
            "answer", "Answer", "folder", "Folder", "cell", "Ranks"]
 
 

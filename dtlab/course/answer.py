@@ -27,6 +27,7 @@ change the test's data, nor reach its variables; its answer must be plain data
 
 from __future__ import annotations
 
+import atexit
 import base64
 import inspect
 import linecache
@@ -40,18 +41,25 @@ import threading
 import time
 import types
 import uuid
+import weakref
 from typing import Any
 
 from . import context as grading_context
 from .learner import NotPlain, encode, pack, unpack_length
 from .world import world
 
-LEARNER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "learner.py")
+# the world's learner.py, run as a script (as ``python -I learner.py``): the standard library
+# until it has read the solution
+LEARNER_MAIN = "runpy:run_path"
+# what most solutions import: a zygote imports it once (dtlab.runtime.zygote), each answer's
+# process is forked from it
+PRELOAD = ["numpy", "pandas", "cloudpickle"]
 SANDBOX_HOME = "/home/learner"
 SANDBOX_INPUTS = "/inputs"
 IDLE_S = 60.0          # a call that uses no CPU for this long is waiting for nothing
 WALL_BACKSTOP_S = 1800.0
 OUTPUT_LINES = 2000    # of the learner's prints shown per process; the rest is counted
+MAX_LINE = 4096        # characters of one printed line kept (a line without end is cut)
 
 
 class Folder:
@@ -78,11 +86,29 @@ def answer(name: str, *, without: tuple[str, ...] | list[str] = (), also: tuple[
                   also=tuple(also))
 
 
+_LIVE: dict[str, "weakref.ref[Answer]"] = {}
+
+
+def _close_all() -> None:
+    for ref in list(_LIVE.values()):
+        a = ref()
+        if a is not None:
+            a.close()
+
+
+atexit.register(_close_all)
+
+
 class Answer:
-    """Call it like the function; each call's answer comes back as plain data."""
+    """Call it like the function; each call's answer comes back as plain data. A process serves
+    one handle; a new handle for the same function (a test cell run again) ends the older one's,
+    and every one ends with the interpreter (a kernel, when restarted)."""
 
     def __init__(self, name: str, without: tuple[str, ...] = (), cpu_s: float | None = None,
                  idle_s: float = IDLE_S, caller: dict | None = None, also: tuple[str, ...] = ()):
+        older = _LIVE.pop(name, None)
+        if older is not None and older() is not None:
+            older().close()
         self.name, self.also = name, also
         self.ctx = grading_context.current()
         self.cpu_s = float(cpu_s or (self.ctx.cpu_s if self.ctx else 60.0))
@@ -94,32 +120,40 @@ class Answer:
         self._printed = [0]
         first = self._first_frame(caller)
         self._start()
+        _LIVE[name] = weakref.ref(self)
         self._talk(first, what=f"rebuilding {name}() from your solution cell")
 
     # -- the process ------------------------------------------------------------------------
     def _first_frame(self, caller: dict | None) -> dict:
-        path = [] if self.ctx is not None and self.ctx.isolate else [self.world.pythonpath]
-        return {"name": self.name, "path": path,
+        return {"name": self.name, "path": [],
                 **learner_source(self.name, self.ctx, caller, self.also)}
 
     def _start(self) -> None:
-        argv = [sys.executable, "-I", LEARNER]
-        pipes = dict(stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        from ..runtime.zygote import Zygote
+
+        zygote = Zygote.shared(self.world.keeping(PRELOAD))
+        path = [self.world.pythonpath]  # in a sandbox too (bound where it is here)
+        script = [os.path.join(self.world.pythonpath, "dtlab", "course", "learner.py"), None,
+                  "__main__"]
+        stdio = dict(stdin=True, separate_stderr=True)
         if self.ctx is None:  # JupyterLab: a plain child; the world comes first on its path
-            self._proc = subprocess.Popen(argv, cwd=self._inputs, start_new_session=True, **pipes)
+            self._proc = zygote.spawn(LEARNER_MAIN, script, env=dict(os.environ),
+                                      cwd=self._inputs, path=path, **stdio)
         else:
             self._box = sandbox_box(self.ctx)
-            self._proc = self._box.popen(argv, self._view(), **pipes)
+            self._proc = self._box.spawn_warm(zygote, LEARNER_MAIN, script, self._view(), path,
+                                              **stdio)
         threading.Thread(target=_forward, args=(self._proc.stderr, self.name, self._printed),
                          daemon=True).start()
 
     def _view(self):
         from ..runtime.sandbox import View
 
-        ro = [*self.world.binds, (data_dir(), data_dir()), (self._inputs, SANDBOX_INPUTS)]
-        rw = [(self.ctx.scratch, SANDBOX_HOME)]
+        root = self.world.pythonpath
+        ro = [*self.world.binds, (root, root), (data_dir(), data_dir()),
+              (self._inputs, SANDBOX_INPUTS)]
         env = {} if self.ctx.isolate else {"DTLAB_DATA": data_dir()}
-        return View(ro=ro, rw=rw, home=SANDBOX_HOME, env=env)
+        return View(ro=ro, home=SANDBOX_HOME, env=env)
 
     # -- calls --------------------------------------------------------------------------------
     def __call__(self, *args, **kwargs) -> Any:
@@ -308,7 +342,7 @@ def _kernel_imports(ns: dict) -> list[str]:
 
 def _forward(stream, name: str, printed: list[int]) -> None:
     """The learner's prints (its stderr) into the test cell's output, up to OUTPUT_LINES."""
-    for line in iter(stream.readline, b""):
+    for line in iter(lambda: stream.readline(MAX_LINE), b""):
         printed[0] += 1
         if printed[0] <= OUTPUT_LINES:
             sys.stdout.write(line.decode(errors="replace"))

@@ -235,8 +235,18 @@ def grade_all(root: str, pairs: list[tuple[str, str]], out: str, *, jobs: int = 
     """``dtlab course grade`` for each (student, assignment) of the course root's submitted/,
     ``jobs`` processes at a time; results in ``out/<student>/<assignment>/``. Returns the
     submissions that could not be graded at all, with why."""
+    import secrets
     import subprocess
     from concurrent.futures import ThreadPoolExecutor, as_completed
+
+    from .graded import CACHE_ENV, SEED_ENV
+
+    # one session: hidden inputs drawn once (the seed), made once and shared (the cache); a
+    # session already set in the environment (a harness grading several runs as one) is kept
+    seed = os.environ.get(SEED_ENV) or secrets.token_hex(8)
+    owned = not os.environ.get(CACHE_ENV)
+    session = {SEED_ENV: seed, CACHE_ENV: os.environ.get(CACHE_ENV) or
+               os.path.join(out, f".session-{seed}")}
 
     def one(pair):
         student, aid = pair
@@ -249,7 +259,7 @@ def grade_all(root: str, pairs: list[tuple[str, str]], out: str, *, jobs: int = 
                 "--timeout", repr(timeout), "--cpu-limit", repr(cpu_s)]
         if not isolate:
             argv.append("--unsafe-no-sandbox")
-        p = subprocess.run(argv, capture_output=True, text=True)
+        p = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, **session})
         path = os.path.join(dest, "result.json")
         if p.returncode != 0 or not os.path.isfile(path):
             tail = (p.stderr or p.stdout).strip().splitlines()[-1:] or ["no output"]
@@ -257,13 +267,17 @@ def grade_all(root: str, pairs: list[tuple[str, str]], out: str, *, jobs: int = 
         return pair, Result.load(path), ""
 
     failed = {}
-    with ThreadPoolExecutor(max_workers=jobs) as pool:
-        for done in as_completed([pool.submit(one, pair) for pair in pairs]):
-            pair, result, why = done.result()
-            if why:
-                failed[pair] = why
-            if on_graded is not None:
-                on_graded(pair, result, why)
+    try:
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            for done in as_completed([pool.submit(one, pair) for pair in pairs]):
+                pair, result, why = done.result()
+                if why:
+                    failed[pair] = why
+                if on_graded is not None:
+                    on_graded(pair, result, why)
+    finally:
+        if owned:
+            shutil.rmtree(session[CACHE_ENV], ignore_errors=True)
     return failed
 
 
@@ -308,7 +322,8 @@ def merge(root: str, pairs: list[tuple[str, str]] | None = None, *, db: str | No
 
 def _dirs(path: str) -> list[str]:
     try:
-        return sorted(d for d in os.listdir(path) if os.path.isdir(os.path.join(path, d)))
+        return sorted(d for d in os.listdir(path)
+                      if os.path.isdir(os.path.join(path, d)) and not d.startswith("."))
     except OSError:
         return []
 

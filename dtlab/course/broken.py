@@ -10,8 +10,9 @@ A run is a hang on purpose, so it is timed by nature: the collective timeout (5 
 hang shows. What a busy machine must not do is cut a run short before its bug shows, or make it
 show something else: each run gets a deadline far beyond its 20 s on 2 idle cores, at most as
 many run side by side as there are cores, and each run's evidence is checked with dtlab's own
-diagnosis (it names these four bugs right) before it is used: a run that does not show its bug
-is made again.
+diagnosis (it names these bugs right) before it is used: a run that does not show its bug is made
+again. Within a grading session (``DTLAB_GRADING_CACHE``, set by ``dtlab course autograde``) a
+run of one spec is made once and its evidence shared by every submission graded with it.
 
 >>> folders = broken_runs([{"bug": "stuck_loader", "culprit": 0}], nprocs=3)   # doctest: +SKIP
 """
@@ -24,6 +25,8 @@ import secrets
 import shutil
 import sys
 import tempfile
+
+from .graded import CACHE_ENV
 
 RUN_TIMEOUT = 600.0   # seconds one run may take (20 s on 2 idle cores)
 ATTEMPTS = 3          # makes of a run whose evidence does not show its bug
@@ -78,6 +81,34 @@ def broken_runs(specs: list[dict], nprocs: int = 3, into: str | None = None,
     optional) as a broken capstone job on ``nprocs`` gloo ranks, ``parallel`` at a time (default:
     the cores); return their evidence folders, unlabeled, in ``into`` (a new temporary folder if
     None), in spec order."""
+    into = into or tempfile.mkdtemp(prefix="dtlab-cases-")
+    cache = os.environ.get(CACHE_ENV)
+    if not cache:
+        outs = _make(specs, nprocs, parallel, timeout)
+        try:
+            return [unlabeled_copy(out, into) for out in outs]
+        finally:
+            if outs:
+                shutil.rmtree(os.path.dirname(outs[0]), ignore_errors=True)
+    import fcntl
+
+    folder = os.path.join(cache, "broken-runs")
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # gradings side by side (--jobs) wait, then share
+        keys = [f"{s['bug']}-n{nprocs}-c{s.get('culprit', '')}-s{s.get('at_step', '')}" for s in specs]
+        todo = [(k, s) for k, s in zip(keys, specs) if not os.path.isdir(os.path.join(folder, k))]
+        if todo:
+            outs = _make([s for _, s in todo], nprocs, parallel, timeout)
+            for (k, _), out in zip(todo, outs):
+                shutil.move(out, os.path.join(folder, k))
+            shutil.rmtree(os.path.dirname(outs[0]), ignore_errors=True)
+    return [unlabeled_copy(os.path.join(folder, k), into) for k in keys]
+
+
+def _make(specs: list[dict], nprocs: int, parallel: int | None, timeout: float) -> list[str]:
+    """Each spec's evidence folder, made and checked (see the module); in a temporary folder the
+    caller moves or copies from (the OS removes /tmp; a grading session, its cache)."""
     from ..capstone.hang import check_args
     from ..runtime.agents import Agents
 
@@ -89,7 +120,6 @@ def broken_runs(specs: list[dict], nprocs: int = 3, into: str | None = None,
         check_args(spec["bug"], nprocs, "gloo", None, spec.get("culprit"), spec.get("at_step"))
     parallel = parallel or max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
                                else os.cpu_count() or 1)
-    into = into or tempfile.mkdtemp(prefix="dtlab-cases-")
     work = tempfile.mkdtemp(prefix="dtlab-broken-")
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "DTLAB_OUTPUT": "none"}
     made: dict[int, str] = {}
@@ -114,7 +144,12 @@ def broken_runs(specs: list[dict], nprocs: int = 3, into: str | None = None,
                         if not why[i]:
                             made[i] = outs[i]
             if len(made) == len(specs):
-                return [unlabeled_copy(made[i], into) for i in range(len(specs))]
+                keep = tempfile.mkdtemp(prefix="dtlab-broken-made-")
+                outs = []
+                for i in range(len(specs)):
+                    outs.append(os.path.join(keep, f"run{i}"))
+                    shutil.move(made[i], outs[-1])
+                return outs
         bad = [i for i in range(len(specs)) if i not in made]
         raise RuntimeError(f"the grader could not make broken run {bad[0]} ({specs[bad[0]]}) "
                            f"show its bug in {ATTEMPTS} tries: {why.get(bad[0])}")

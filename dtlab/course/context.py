@@ -26,7 +26,6 @@ class Context:
     # the submission's code cells in order: {"source", "solution", "grade_id", "trusted"};
     # trusted: a locked or test cell, as the course source has it (restored by grade)
     cells: list[dict]
-    scratch: str       # the submission's writable folder (host path)
     work: str          # the grader's own folder for this notebook (never in a sandbox)
     isolate: bool = True            # False: --unsafe-no-sandbox
     cgroup: dict | None = None      # {"version", "dirs"}: the submission's cgroup, made by grade

@@ -32,6 +32,7 @@ import hashlib
 import json
 import math
 import os
+import secrets
 import shutil
 import sys
 import tempfile
@@ -39,6 +40,7 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from .context import Context, ENV
+from .graded import CACHE_ENV, SEED_ENV
 from .layout import CourseError, notebooks_dir
 
 TIMEOUT_S = 900.0     # wall-clock backstop per test cell (the grader's own work included)
@@ -125,27 +127,20 @@ def grade(submission: str, assignment: str, *, out: str | None = None, student: 
     nb = restore(sub, src)
     tests = [c for c in nb.cells if _is_test(c) and (only is None or _gid(c) in only)]
     work = tempfile.mkdtemp(prefix="dtlab-grade-")
-    scratch = tempfile.mkdtemp(prefix="dtlab-scratch-")
     os.chmod(work, 0o700)
     cgroup = Cgroup.create(f"grade-{os.getpid()}", limits.memory_bytes, limits.tasks)
     result.sandbox = _describe(isolate, cgroup)
     try:
-        trusted = {_gid(c) for c in src.cells if _is_trusted(c)}
-        ctx = Context(assignment, [{"source": c.source, "solution": _is_solution(c),
-                                    "grade_id": _gid(c), "trusted": _gid(c) in trusted}
-                                   for c in nb.cells if c.cell_type == "code"],
-                      scratch, work, isolate=isolate,
-                      cgroup={"version": cgroup.version, "dirs": cgroup.dirs} if cgroup else None,
-                      limits=asdict(limits), cpu_s=cpu_s,
-                      source=[{"source": c.source, "grade_id": _gid(c), "trusted": _is_trusted(c)}
-                              for c in src.cells if c.cell_type == "code"])
-        ctx.save(os.path.join(work, "context.json"))
-        _run_tests(tests, work, timeout)
+        _context(assignment, nb, src, work, isolate, cgroup, limits, cpu_s).save(
+            os.path.join(work, "context.json"))
+        if result.error:  # nothing of the learner's to run: every test scores 0, with the reason
+            _not_run(tests, result.error)
+        else:
+            _run_tests(tests, work, timeout)
         result.cpu_s = cgroup.cpu_seconds() if cgroup else 0.0
     finally:
         if cgroup is not None:
             cgroup.remove()
-        shutil.rmtree(scratch, ignore_errors=True)
         shutil.rmtree(work, ignore_errors=True)
     _score(nb, result)
     result.wall_s = round(time.monotonic() - started, 2)
@@ -155,6 +150,92 @@ def grade(submission: str, assignment: str, *, out: str | None = None, student: 
         nbformat.write(nb, result.notebook)
         result.save(os.path.join(out, "result.json"))
     return result
+
+
+def _context(assignment, nb, src, work, isolate, cgroup, limits, cpu_s) -> Context:
+    """What the grader's kernel is told about the submission ``nb`` of the source ``src``."""
+    trusted = {_gid(c) for c in src.cells if _is_trusted(c)}
+    return Context(assignment, [{"source": c.source, "solution": _is_solution(c),
+                                 "grade_id": _gid(c), "trusted": _gid(c) in trusted}
+                                for c in nb.cells if c.cell_type == "code"],
+                   work, isolate=isolate,
+                   cgroup={"version": cgroup.version, "dirs": cgroup.dirs} if cgroup else None,
+                   limits=asdict(limits), cpu_s=cpu_s,
+                   source=[{"source": c.source, "grade_id": _gid(c), "trusted": _is_trusted(c)}
+                           for c in src.cells if c.cell_type == "code"])
+
+
+def visible(test_source: str) -> str:
+    """A test cell as the learner's copy has it: the hidden tests taken out (as nbgrader's
+    release does, markers included).
+
+    >>> visible("a = 1\n### BEGIN HIDDEN TESTS\nb = 2\n### END HIDDEN TESTS\nc = 3")
+    'a = 1\nc = 3'
+    """
+    out, hidden = [], False
+    for line in test_source.splitlines():
+        if line.strip() == "### BEGIN HIDDEN TESTS":
+            hidden = True
+        elif line.strip() == "### END HIDDEN TESTS":
+            hidden = False
+        elif not hidden:
+            out.append(line)
+    return "\n".join(out)
+
+
+def try_answers(assignment: str, solution: str, answers: dict[str, str], *,
+                test: str | None = None, versions: tuple[str, ...] = ("hidden",),
+                source: str | None = None, isolate: bool = True, cpu_s: float = CPU_S,
+                timeout: float = TIMEOUT_S, limits=None) -> dict[str, dict[str, str]]:
+    """Each answer (the source of the solution cell ``solution``) against one test cell
+    (default ``<solution>_tests``), as the grader grades it: ``{version: {label: ""}}`` where
+    the test passes, else its error. ``versions``: ``"hidden"`` (the whole test cell) and/or
+    ``"visible"`` (as the learner's copy has it). One kernel and one grading session for all, so
+    hidden inputs made on the spot are made once. How to check that a test fails a realistic
+    wrong answer and a shortcut, and passes the honest one (tests/grading does it for every
+    exercise)::
+
+        try_answers("02_bandwidth", "slow_pairs", {"mean, not median": src}, versions=("visible", "hidden"))
+    """
+    import nbformat
+
+    from ..runtime.cgroups import Cgroup
+    from ..runtime.sandbox import Limits, unavailable
+
+    limits = limits or Limits()
+    if isolate and (why := unavailable()):
+        raise CourseError(f"no sandbox: {why}")
+    src = nbformat.read(source or os.path.join(notebooks_dir(), assignment + ".ipynb"),
+                        as_version=4)
+    test = test or solution + "_tests"
+    test_cell = next(c for c in src.cells if _gid(c) == test)
+    code = {"hidden": test_cell.source, "visible": visible(test_cell.source)}
+    work = tempfile.mkdtemp(prefix="dtlab-try-")
+    os.chmod(work, 0o700)
+    cgroup = Cgroup.create(f"try-{os.getpid()}", limits.memory_bytes, limits.tasks)
+    cells, runs = [], []
+    try:
+        for i, (label, answer) in enumerate(answers.items()):
+            nb = copy.deepcopy(src)
+            next(c for c in nb.cells if _gid(c) == solution).source = answer
+            path = os.path.join(work, f"context-{i}.json")
+            _context(assignment, nb, src, work, isolate, cgroup, limits, cpu_s).save(path)
+            for version in versions:
+                cells.append(nbformat.v4.new_code_cell(f"import os\nos.environ[{ENV!r}] = {path!r}"))
+                cells.append(nbformat.v4.new_code_cell(code[version]))
+                runs.append((version, label))
+        session = {SEED_ENV: os.environ.get(SEED_ENV) or secrets.token_hex(8),
+                   CACHE_ENV: os.environ.get(CACHE_ENV) or os.path.join(work, "session")}
+        _run_tests(cells, work, timeout, context=None, env=session)
+    finally:
+        if cgroup is not None:
+            cgroup.remove()
+        shutil.rmtree(work, ignore_errors=True)
+    out: dict[str, dict[str, str]] = {v: {} for v in versions}
+    for (version, label), cell in zip(runs, cells[1::2]):
+        errors = [o for o in cell.outputs if o.get("output_type") == "error"]
+        out[version][label] = f"{errors[0].get('ename')}: {errors[0].get('evalue')}" if errors else ""
+    return out
 
 
 def _describe(isolate: bool, cgroup) -> str:
@@ -167,11 +248,14 @@ def _describe(isolate: bool, cgroup) -> str:
 # ---- the notebook ------------------------------------------------------------------------
 
 def _meta(cell) -> dict:
-    return cell.get("metadata", {}).get("nbgrader", {})
+    meta = cell.get("metadata", {})
+    meta = meta.get("nbgrader", {}) if isinstance(meta, dict) else {}
+    return meta if isinstance(meta, dict) else {}
 
 
 def _gid(cell) -> str | None:
-    return _meta(cell).get("grade_id")
+    gid = _meta(cell).get("grade_id")
+    return gid if isinstance(gid, str) else None  # a submission's metadata may be anything
 
 
 def _is_solution(cell) -> bool:
@@ -221,21 +305,30 @@ def restore(sub, src):
 
 # ---- the grader's kernel -------------------------------------------------------------------
 
-def _run_tests(tests: list, work: str, timeout: float) -> None:
+def _run_tests(tests: list, work: str, timeout: float,
+               context: str | None = "context.json", env: dict | None = None) -> None:
     """Execute the test cells, in order, in a fresh kernel of the grader's (IPC transport);
-    their outputs are written into the cells."""
+    their outputs are written into the cells. ``context``: the file in ``work`` that tells the
+    kernel about the submission (None: the cells set it themselves)."""
     import nbformat
-    from jupyter_client.manager import KernelManager
+    from jupyter_client.manager import AsyncKernelManager
     from nbclient import NotebookClient
     from nbclient.exceptions import DeadKernelError
+    from nbclient.util import run_sync
 
     if not tests:
         return
     nb = nbformat.v4.new_notebook(cells=[copy.deepcopy(c) for c in tests])
-    km = KernelManager(kernel_name="python3", transport="ipc", ip=os.path.join(work, "kernel"),
-                       connection_file=os.path.join(work, "kernel.json"))
-    env = {**os.environ, ENV: os.path.join(work, "context.json"), "DTLAB_OUTPUT": "lines",
-           "CUDA_VISIBLE_DEVICES": "", "NBGRADER_EXECUTION": "autograde"}
+    # nbclient's own kind of manager (with a blocking one its timeouts do not fire)
+    km = AsyncKernelManager(kernel_name="python3", transport="ipc", ip=os.path.join(work, "kernel"),
+                            connection_file=os.path.join(work, "kernel.json"))
+    env = {**os.environ, "DTLAB_OUTPUT": "lines", "CUDA_VISIBLE_DEVICES": "",
+           "NBGRADER_EXECUTION": "autograde", **(env or {})}
+    env.pop(ENV, None)
+    if context:
+        env[ENV] = os.path.join(work, context)
+    why = (f"this test cell ran for more than {timeout:g} s, the grader's wall-clock backstop, "
+           f"and was stopped (a learner's code is bounded by its CPU time, well before this)")
     client = NotebookClient(nb, km=km, timeout=int(math.ceil(timeout)), allow_errors=True,
                             interrupt_on_timeout=True, startup_timeout=int(STARTUP_S),
                             iopub_timeout=30, record_timing=False)
@@ -248,12 +341,13 @@ def _run_tests(tests: list, work: str, timeout: float) -> None:
     finally:
         try:
             if km.has_kernel:
-                km.shutdown_kernel(now=True)
+                run_sync(km.shutdown_kernel)(now=True)
         except Exception:
             pass
     _not_run(nb.cells, "not run: the grader's kernel ended before this cell")
     for cell, done in zip(tests, nb.cells):
-        cell.outputs = [_own_stderr(o) for o in done.outputs]
+        cell.outputs = [_timed_out(o, why) if o.get("ename") == "KeyboardInterrupt" else
+                        _own_stderr(o) for o in done.outputs]
 
 
 def _not_run(cells: list, why: str) -> None:
@@ -263,6 +357,15 @@ def _not_run(cells: list, why: str) -> None:
         if cell.execution_count is None and not cell.outputs:
             cell.outputs = [nbformat.v4.new_output("error", ename="NotRun", evalue=why,
                                                    traceback=[f"NotRun: {why}"])]
+
+
+def _timed_out(output, why: str):
+    """The interrupt nbclient sends at the timeout (nothing else interrupts the grader's kernel),
+    said as what it is."""
+    import nbformat
+
+    return nbformat.v4.new_output("error", ename="CellTimeoutError", evalue=why,
+                                  traceback=[f"CellTimeoutError: {why}"])
 
 
 def _own_stderr(output):

@@ -1,23 +1,29 @@
-"""What graded cells call: the same launch in JupyterLab, under ``nbgrader``, and in CI.
+"""What test cells call for their own work: the same in JupyterLab, under the grader, and in CI.
 
-A graded test cell launches the learner's rank function and checks what came back::
+A test cell runs jobs of its own -- a program whose result a learner predicts, a job that fails
+on purpose -- and, when it needs hidden inputs drawn at random, a random generator::
 
     from dtlab import course
-    res = course.run_graded(gather_pids, nprocs=2)
-    assert res.values[0] == [res[0].pid, res[1].pid]
+    res = course.run_graded(program, nprocs=2)     # the test's own code, never the learner's
+    rng = course.rng()                             # one draw per grading session
 
-Under nbgrader (``NBGRADER_EXECUTION`` is set by ``nbgrader autograde`` / ``validate``) or on a
-machine without enough GPUs the ranks run on gloo and the CPU, so every grader computes the
-same answer key whatever hardware it has. GPU-only observations come from recorded real data
-(:func:`dtlab.course.recorded`), never from skipping a check.
+Under the grader (``NBGRADER_EXECUTION`` is set by ``dtlab course grade``, as by ``nbgrader
+validate``) or on a machine without enough GPUs the ranks run on gloo and the CPU, so every
+grader computes the same answer key whatever hardware it has. GPU-only observations come from
+recorded real data (:func:`dtlab.course.recorded`), never from skipping a check. (A learner's
+own function runs through :func:`dtlab.course.answer` or :class:`dtlab.course.Ranks`.)
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import random
 import sys
 from typing import Any, Callable
+
+SEED_ENV = "DTLAB_GRADING_SEED"     # one seed per grading session (an autograde run)
+CACHE_ENV = "DTLAB_GRADING_CACHE"   # a folder the session's gradings share (hidden inputs made once)
 
 # The test's own jobs (a program whose result a learner predicts, a job that fails on purpose):
 # 2-3 s on 2 idle cores, and they end by themselves; the bound is for a machine as busy as it
@@ -33,6 +39,14 @@ def grading() -> bool:
     False
     """
     return bool(os.environ.get("NBGRADER_EXECUTION"))
+
+
+def rng() -> random.Random:
+    """A random generator for hidden inputs: the grading session's (``DTLAB_GRADING_SEED``, set
+    by ``dtlab course autograde`` for all of its submissions, so each hidden input is made once
+    and every student meets the same ones), else a fresh one."""
+    seed = os.environ.get(SEED_ENV)
+    return random.Random(seed) if seed else random.Random()
 
 
 def backend(nprocs: int | None = None) -> str:

@@ -14,21 +14,19 @@ each. Each rank gets only its own arguments (``per_rank[r]``).
 
 Graded (``dtlab course grade``), each rank is a sandbox of its own (:mod:`dtlab.runtime.sandbox`)
 that rebuilds the learner's function from the submission's source; in JupyterLab the ranks are
-plain child processes, built from the same cell's source. The job is bounded by CPU time, a
+plain child processes, built from the same cell's source. Either way a rank is forked from a
+zygote that has imported torch once (:mod:`dtlab.runtime.zygote`), not started cold. The job is bounded by CPU time, a
 deadlock (the relay names what each rank waits for) and silence, not by the wall clock.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
 import sys
-import tempfile
 from typing import Callable
 
 from ..runtime import observed
 from ..runtime.relay import COLLECTIVES, P2P
+from ..runtime.zygote import Zygote
 from . import context as grading_context
 from .answer import SANDBOX_HOME, data_dir, learner_source, sandbox_box
 from .harness import Learner
@@ -71,36 +69,36 @@ class Ranks:
             raise ValueError(f"per_rank has {len(per_rank)} entries for {self.nprocs} ranks")
         learner = Learner(name, learner_source(name, self.ctx, sys._getframe(1).f_globals))
         box = sandbox_box(self.ctx) if self.ctx is not None else None
-        homes = []
+        isolated = box is not None and box.isolate
+        # the world first (in a sandbox it is also where it is here), then, without one, this
+        # process's path; the zygote's imports are third-party ones the world keeps
+        path = [self.world.pythonpath] + ([] if isolated else list(sys.path))
+        zygote = Zygote.shared(self.world.keeping(observed.RANK_PRELOAD))
         try:
-            spawn = observed.plain_spawn if box is None else self._sandboxed(box, homes)
-            isolated = box is not None and box.isolate
+            spawn = observed.warm_spawn(zygote, path) if box is None else \
+                self._sandboxed(box, zygote, path)
             out = observed.run(harness, [(learner, a) for a in per_rank], offer=self.offer,
                                max_numel=self.max_numel, deliver=self.deliver, serve=self.serve,
-                               path=[] if isolated else [self.world.pythonpath], spawn=spawn,
-                               cpu_s=self.cpu_s)
+                               path=[], spawn=spawn, cpu_s=self.cpu_s)
         finally:
             if box is not None:
                 box.close()
-            for h in homes:
-                shutil.rmtree(h, ignore_errors=True)
         _show(out)
         if out.stopped or out.errors:
             raise AssertionError(_failure(name, out))
         return out
 
-    def _sandboxed(self, box, homes: list[str]):
+    def _sandboxed(self, box, zygote, path):
         from ..runtime.sandbox import View
 
-        def spawn(rank: int, argv: list[str], socket_path: str) -> subprocess.Popen:
-            home = tempfile.mkdtemp(prefix=f"dtlab-rank{rank}-")  # no folder shared by ranks
-            homes.append(home)
-            view = View(ro=[*self.world.binds, (data_dir(), data_dir())],
-                        rw=[(socket_path, "/relay.sock"), (home, SANDBOX_HOME)], home=SANDBOX_HOME,
-                        env={} if box.isolate else {"DTLAB_DATA": data_dir()})
-            return box.popen([*argv, "/relay.sock" if box.isolate else socket_path], view,
-                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT)
+        def spawn(rank: int, argv: list[str], socket_path: str):
+            # each rank its own sandbox: no network, folder or memory shared with another rank
+            root = self.world.pythonpath
+            view = View(ro=[*self.world.binds, (root, root), (data_dir(), data_dir())],
+                        rw=[(socket_path, "/relay.sock")], home=SANDBOX_HOME,
+                        env={**observed.RANK_ENV, **({} if box.isolate else {"DTLAB_DATA": data_dir()})})
+            return box.spawn_warm(zygote, observed.RANK_MAIN,
+                                  ["/relay.sock" if box.isolate else socket_path], view, path)
 
         return spawn
 

@@ -29,6 +29,9 @@ def script(submissions: str, *, root: str | None = None, db: str | None = None,
            isolate: bool = True, concurrent: int = 32, mem: str = "8G",
            time_limit: str = "02:00:00") -> str:
     """The bash script (see the module); checks the submissions' layout first."""
+    import secrets
+
+    from .graded import CACHE_ENV, SEED_ENV
     from .layout import course_root, scan_submissions, sync
 
     root = course_root(root)
@@ -43,6 +46,8 @@ def script(submissions: str, *, root: str | None = None, db: str | None = None,
     listing = " ".join(q(f"{s}/{a}") for s, a in pairs)
     db_flag = f" --db {q(db)}" if db else ""
     logs = os.path.join(root, "slurm")
+    seed = secrets.token_hex(8)  # one grading session: hidden inputs drawn and made once
+    session = os.path.join(results, f".session-{seed}")
     return f"""#!/usr/bin/env bash
 # dtlab course autograde --slurm-script: {len(pairs)} submission(s) of {q(inbox)},
 # graded one per Slurm array task (dtlab course grade), then merged into the gradebook.
@@ -57,6 +62,7 @@ set -euo pipefail
 INBOX={q(inbox)}
 ROOT={q(root)}
 RESULTS={q(results)}
+export {SEED_ENV}={seed} {CACHE_ENV}={q(session)}
 PAIRS=({listing})
 PAIR=${{PAIRS[$SLURM_ARRAY_TASK_ID]}}
 S=${{PAIR%%/*}}
@@ -71,6 +77,7 @@ merge=$(sbatch --parsable --job-name=dtlab-merge --dependency=afterany:"$array" 
 #!/usr/bin/env bash
 set -euo pipefail
 {dtlab} course merge --root {q(root)} --submissions {q(inbox)} --results {q(results)}{db_flag}
+rm -rf {q(session)}
 EOS
 )
 echo "grading: array job $array ({len(pairs)} task(s)); merge: job $merge, after it"

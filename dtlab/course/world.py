@@ -48,6 +48,11 @@ class World:
     def pythonpath(self) -> str:
         return self.root
 
+    def keeping(self, modules: list[str]) -> list[str]:
+        """``modules`` less those whose package this world takes away."""
+        gone = {n.split(".")[0] for n in self.without}
+        return [m for m in modules if m.split(".")[0] not in gone]
+
 
 def _cache_dir() -> str:
     d = os.path.join(tempfile.gettempdir(), f"dtlab-worlds-{os.getuid()}")

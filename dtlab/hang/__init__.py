@@ -9,6 +9,7 @@ import importlib
 from . import diagnose as _package  # noqa: F401 (first: the name `diagnose` is the function below)
 from .diagnose import NoEvidence
 from .kinds import KINDS
+from .reproduce import Reproduction, reproduce
 
 __all__ = ["reproduce", "diagnose", "KINDS", "CLASSES", "Diagnosis", "NoEvidence", "Reproduction"]
 
@@ -22,8 +23,7 @@ def diagnose(path: str):
 
 
 # imported when first asked for, so that a world without the verdict still has the readers
-_LAZY = {"CLASSES": ".diagnose.verdict", "Diagnosis": ".diagnose.verdict",
-         "reproduce": ".reproduce", "Reproduction": ".reproduce"}
+_LAZY = {"CLASSES": ".diagnose.verdict", "Diagnosis": ".diagnose.verdict"}
 
 
 def __getattr__(name: str):
