@@ -1,4 +1,6 @@
-"""Every notebook runs top to bottom headless, and none is committed with outputs."""
+"""Every notebook runs top to bottom headless, as a learner who solved its exercises runs it (in
+their kernel: the visible tests call the learner's functions in plain child processes), and none
+is committed with outputs."""
 
 import glob
 import os
@@ -29,7 +31,14 @@ def test_committed_without_outputs(path):
 
 
 def execute(path, timeout=600):
+    """The notebook as a learner who solved it runs it: solutions in, hidden tests out (those
+    run under the grader: tests/grading)."""
+    from dtlab.course.grade import visible
+
     nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        if cell.metadata.get("nbgrader", {}).get("grade"):
+            cell.source = visible(cell.source)
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
                             resources={"metadata": {"path": os.path.dirname(path)}})
     client.execute()

@@ -1,0 +1,203 @@
+"""Answers to every exercise that must lose: realistic wrong ones and shortcuts.
+
+``WRONG[(assignment, exercise)]``: a student's bug, each one that passes the visible tests (so
+that only the hidden tests can catch it; ``test_answers.py`` checks both halves).
+``SHORTCUTS[(assignment, exercise)]``: marks without the skill -- the library's answer, the
+test's own data, work done some other way than the exercise asks; each must fail.
+
+Most are the reference solution with one line changed (:func:`changed`); the exercise names
+are the solution cells' grade_ids.
+"""
+
+from __future__ import annotations
+
+import os
+
+import nbformat
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def reference(assignment: str, exercise: str) -> str:
+    """The source's solution cell, without the BEGIN/END SOLUTION lines (as a student writes it)."""
+    nb = nbformat.read(os.path.join(ROOT, "notebooks", assignment + ".ipynb"), as_version=4)
+    for cell in nb.cells:
+        if cell.metadata.get("nbgrader", {}).get("grade_id") == exercise:
+            return "\n".join(ln for ln in cell.source.splitlines()
+                             if ln.strip() not in ("### BEGIN SOLUTION", "### END SOLUTION"))
+    raise KeyError(exercise)
+
+
+def changed(assignment: str, exercise: str, old: str, new: str) -> str:
+    """The reference solution with ``old`` (which must occur once) replaced by ``new``."""
+    src = reference(assignment, exercise)
+    assert src.count(old) == 1, f"{exercise}: {old!r} occurs {src.count(old)} times"
+    return src.replace(old, new)
+
+
+def C(exercise_key, old, new):  # noqa: N802 (a table's short form)
+    return changed(*exercise_key, old, new)
+
+
+GP, PR, RC = ("00_launch", "gather_pids"), ("00_launch", "predict"), ("00_launch", "root_cause")
+CA, RA, CR = (("01_collectives", "check_all_gather"), ("01_collectives", "ring_all_gather"),
+              ("01_collectives", "composed_all_reduce"))
+FIT, SLOW = ("02_bandwidth", "fit_alpha_beta"), ("02_bandwidth", "slow_pairs")
+SP, NN, RB = ("03_topology", "slowest_pairs"), ("03_topology", "nearest_nic"), ("03_topology", "ring_bottleneck")
+CW, NF = ("04_multinode", "check_world"), ("04_multinode", "name_fault")
+TR, PM = ("05_parity", "train"), ("05_parity", "predict_memory")
+TC, BB, REC = ("06_nccl", "transport_channels"), ("06_nccl", "bus_bandwidth"), ("06_nccl", "recommend")
+CL, DG = ("07_hangs", "classify"), ("07_hangs", "diagnosis")
+PMT = ("08_capstone", "postmortem")
+
+WRONG = {
+    GP: [("a list sized for 2 ranks", lambda: C(GP, "range(dist.get_world_size())", "range(2)"))],
+    PR: [("the broadcast read as from the last rank, not rank 1",
+          lambda: C(PR, "on_rank_1 = [after_max[0] + 1, after_max[1]]",
+                    "on_rank_1 = [after_max[0] + top, after_max[1]]"))],
+    RC: [("the first traceback that is not a RuntimeError",
+          lambda: "def root_cause(failures):\n    for r, text in sorted(failures.items()):\n"
+                  "        if 'RuntimeError' not in text.strip().splitlines()[-1]:\n"
+                  "            return r\n    return min(failures)\n")],
+    CA: [("each rank judges only itself (no agreement)",
+          lambda: C(CA, "    dist.all_reduce(verdict, op=dist.ReduceOp.MIN)  # one wrong rank makes every rank say False\n",
+                    "")),
+         ("each shape once: a stale answer goes unseen",
+          lambda: C(CA, "[(1,), (5,), (2, 3), (5,)]", "[(1,), (5,), (2, 3)]"))],
+    RA: [("one exchange with the neighbour: right on 2 ranks only",
+          lambda: C(RA, "for step in range(n - 1):", "for step in range(1):"))],
+    CR: [("no padding: right when n divides the size",
+          lambda: C(CR, "chunk = -(-tensor.numel() // n)", "chunk = tensor.numel() // n"))],
+    FIT: [("alpha is the smallest size's time (one slow call throws it off)",
+           lambda: C(FIT, "alpha = float(np.median((t - slope * s)[small])) if small.any() else float(plateau)",
+                     "alpha = float(t[0] - slope * s[0])"))],
+    SLOW: [("the mean, not the median",
+            lambda: C(SLOW, "median = vals[k // 2] if k % 2 else (vals[k // 2 - 1] + vals[k // 2]) / 2",
+                      "median = sum(vals) / k"))],
+    SP: [("GPUs sorted as strings: GPU10 before GPU2",
+          lambda: C(SP, "gpus = sorted(links, key=lambda g: int(g[3:]))", "gpus = sorted(links)"))],
+    NN: [("ties broken by the NIC's name, not the legend's order",
+          lambda: C(NN, "best = min(nics, key=lambda n: (order.index(row[n]), nics.index(n)))",
+                    "best = min(nics, key=lambda n: (order.index(row[n]), nic_names[n]))"))],
+    RB: [("the closing hop (last to first) forgotten",
+          lambda: C(RB, "hops = [[order[i], order[(i + 1) % len(order)]] for i in range(len(order))]",
+                    "hops = [[order[i], order[i + 1]] for i in range(len(order) - 1)]"))],
+    CW: [("a GPU without a UUID keyed by its bus id alone, not on its host",
+          lambda: C(CW, 'else ("bus", r["host"], g.get("bus_id"))', 'else ("bus", g.get("bus_id"))'))],
+    NF: [("this machine's numbers: the recorded ports and subnets",
+          lambda: 'def name_fault(console_text):\n'
+                  '    for tell, fault in (("29401", "wrong_port"), ("10.213.73.250", "wrong_master_addr"),\n'
+                  '                        ("eth9", "wrong_ifname"), ("10.213.25.", "blocked_port")):\n'
+                  '        if tell in console_text:\n            return fault\n'
+                  '    return "missing_node"\n')],
+    TR: [("the shards dealt for 2 ranks by hand",
+          lambda: "def train(model, data, steps, per_rank, lr, seed):\n"
+                  "    ddp = DDP(model)\n    opt = torch.optim.SGD(ddp.parameters(), lr=lr)\n"
+                  "    batch = per_rank * 2\n    for step in range(steps):\n"
+                  "        epoch, b = divmod(step, len(data) // batch)\n"
+                  "        order = torch.randperm(len(data), generator=torch.Generator().manual_seed(seed + epoch))\n"
+                  "        mine = order[b * batch:(b + 1) * batch][dist.get_rank()::2]\n"
+                  "        x, y = zip(*(data[int(i)] for i in mine))\n"
+                  "        opt.zero_grad()\n        F.cross_entropy(ddp(torch.stack(x)), torch.stack(y)).backward()\n"
+                  "        opt.step()\n")],
+    PM: [("Adam counted with one state per element, as momentum",
+          lambda: C(PM, 'states = {"sgd": 0, "momentum": 1, "adam": 2}[optimizer]',
+                    'states = {"sgd": 0, "momentum": 1, "adam": 1}[optimizer]'))],
+    TC: [("shared memory spelled like P2P and NET (two parts of the via text)",
+          lambda: C(TC, 'transport = parts[0] if parts[0] == "SHM" else "/".join(parts[:2])',
+                    'transport = "/".join(parts[:2])'))],
+    BB: [("one factor for every collective: all_reduce's",
+          lambda: "def bus_bandwidth(op, size_bytes, time_us, nranks):\n"
+                  "    return size_bytes / (time_us * 1e-6) / 1e9 * 2 * (nranks - 1) / nranks\n")],
+    REC: [("wrong results and failed settings kept",
+           lambda: C(REC, 'rows = df[(df["size"] == size) & (df["status"] == "ok") & (df["wrong"] == 0)]',
+                     'rows = df[df["size"] == size]'))],
+    CL: [("running out of memory read as any other exception",
+          lambda: C(CL, '    if f.of("oom"):\n        return "oom"\n', ''))],
+    DG: [("what differs first read dtype, then size, then op",
+          lambda: C(DG, 'failure_class = ("op_mismatch", "size_mismatch", "dtype_mismatch")[kinds[0]]',
+                    'failure_class = ("op_mismatch", "size_mismatch", "dtype_mismatch")[kinds[-1]]')),
+         ("the largest SeqNum a watchdog names, not the smallest",
+          lambda: C(DG, '"watchdog_seq": min(named) if named else None',
+                    '"watchdog_seq": max(named) if named else None'))],
+    PMT: [("the site from the stack snapshot, before the traceback",
+           lambda: C(PMT, '''        if "Traceback (most recent call last)" in text:   # Python's: innermost last''',
+                     '''        if os.path.exists(stack):                          # the snapshot first
+            main = read(stack).split("Thread ")[1]
+            frames = re.findall(r"\\((\\S+?):(\\d+)\\)", main)
+        elif "Traceback (most recent call last)" in text:   # Python's: innermost last'''))],
+}
+
+SHORTCUTS = {
+    GP: [("all_gather_object: the pids as pickled bytes",
+          lambda: "def gather_pids():\n    out = [None] * dist.get_world_size()\n"
+                  "    dist.all_gather_object(out, os.getpid())\n    return out\n"),
+         ("the process table",
+          lambda: "def gather_pids():\n    import psutil\n"
+                  "    return sorted(p.pid for p in psutil.Process(os.getppid()).children())\n")],
+    PR: [("runs the program", lambda: "def predict(world_size):\n"
+          "    import dtlab\n    return dtlab.run(program, nprocs=world_size, backend='gloo').values\n"),
+         ("torch's threaded process group", lambda: "def predict(world_size):\n"
+          "    import torch.testing._internal.distributed.multi_threaded_pg as mt\n    return mt\n")],
+    RC: [("dtlab's own diagnosis", lambda: "def root_cause(failures):\n"
+          "    from dtlab.runtime.errors import primary_failure\n    return primary_failure(failures)\n")],
+    CA: [("torch's all_gather as the oracle", lambda: "def check_all_gather(impl):\n"
+          "    n = dist.get_world_size()\n    x = torch.arange(6.0) + 100 * dist.get_rank()\n"
+          "    a = [torch.zeros(6) for _ in range(n)]\n    b = [torch.zeros(6) for _ in range(n)]\n"
+          "    impl(a, x)\n    dist.all_gather(b, x)\n"
+          "    return all(torch.equal(p, q) for p, q in zip(a, b))\n"),
+         ("the verdict as a hard-coded list", lambda: "_calls = []\n\ndef check_all_gather(impl):\n"
+          "    _calls.append(1)\n    return [True, False, False][len(_calls) - 1]\n")],
+    RA: [("torch's all_gather", lambda: "def ring_all_gather(tensor_list, tensor, group=None, async_op=False):\n"
+          "    dist.all_gather(tensor_list, tensor)\n"),
+         ("everyone sends to everyone", lambda: "def ring_all_gather(tensor_list, tensor, group=None, async_op=False):\n"
+          "    r, n = dist.get_rank(), dist.get_world_size()\n    tensor_list[r].copy_(tensor)\n"
+          "    ops = [dist.P2POp(dist.isend, tensor.contiguous(), q) for q in range(n) if q != r]\n"
+          "    ops += [dist.P2POp(dist.irecv, tensor_list[q], q) for q in range(n) if q != r]\n"
+          "    for w in dist.batch_isend_irecv(ops):\n        w.wait()\n")],
+    CR: [("all-gather the whole tensors, reduce locally (and a token reduce-scatter)",
+          lambda: "def composed_all_reduce(tensor, op=dist.ReduceOp.SUM, group=None, async_op=False):\n"
+          "    n = dist.get_world_size()\n    token = torch.zeros(1, dtype=tensor.dtype)\n"
+          "    dist.reduce_scatter_tensor(token, torch.zeros(n, dtype=tensor.dtype), op=op)\n"
+          "    parts = [torch.empty_like(tensor) for _ in range(n)]\n    dist.all_gather(parts, tensor)\n"
+          "    s = torch.stack(parts)\n"
+          "    red = {dist.ReduceOp.SUM: s.sum(0), dist.ReduceOp.MAX: s.max(0).values,\n"
+          "           dist.ReduceOp.MIN: s.min(0).values, dist.ReduceOp.PRODUCT: s.prod(0)}[op]\n"
+          "    tensor.copy_(red)\n"),
+         ("torch's all_reduce", lambda: "def composed_all_reduce(tensor, op=dist.ReduceOp.SUM, group=None, async_op=False):\n"
+          "    dist.all_reduce(tensor, op=op)\n")],
+    FIT: [("dtlab.bench's own fit", lambda: "def fit_alpha_beta(sizes, times_us):\n"
+           "    from dtlab.bench import fit\n    f = fit(sizes, times_us)\n    return f.alpha_us, f.beta_GBps\n")],
+    SLOW: [("dtlab.bench's own slow_pairs", lambda: "def slow_pairs(matrix, fraction=0.75):\n"
+            "    from dtlab.bench.p2p import slow_pairs as theirs\n    return theirs(matrix, fraction)\n")],
+    SP: [("dtlab.topology's own", lambda: "def slowest_pairs(links):\n"
+          "    import dtlab.topology as T\n    return T.slowest_pairs({'links': links})\n")],
+    NN: [("dtlab.topology's own", lambda: "def nearest_nic(links, nic_names):\n"
+          "    import dtlab.topology as T\n    return T.nearest_nics(links)\n")],
+    RB: [("the visible answers hard-coded", lambda: "def ring_bottleneck(links, order):\n"
+          "    return {'hop': ['GPU3', 'GPU4'], 'kind': 'SYS'} if order[0] == 'GPU0' and order[1] == 'GPU1' "
+          "else {'hop': ['GPU0', 'GPU3'], 'kind': 'NV2'}\n")],
+    CW: [("dtlab.multinode's own", lambda: "def check_world(table):\n"
+          "    from dtlab.multinode import check_world as theirs\n    return theirs(table)\n")],
+    NF: [("dtlab.multinode's diagnosis", lambda: "def name_fault(console_text):\n"
+          "    from dtlab.multinode.diagnose import diagnose\n"
+          "    return diagnose(split_consoles(console_text), {}, None, [])['failure_class']\n")],
+    TR: [("the whole data set read on every rank", lambda: "def train(model, data, steps, per_rank, lr, seed):\n"
+          "    x, y = data.x, data.y\n")],
+    PM: [("dtlab.parity's own", lambda: "def predict_memory_per_rank(param_shapes, nranks, shard=('params', 'grads', 'optimizer'), optimizer='momentum'):\n"
+          "    from dtlab.parity.fsdp import predict_memory\n    return predict_memory(param_shapes, nranks, shard, optimizer)\n")],
+    TC: [("dtlab's NCCL log parser", lambda: "def transport_and_channels(log_text):\n"
+          "    from dtlab import nccl_log\n    return nccl_log.transport_and_channels(log_text)\n")],
+    BB: [("dtlab.bench's own busbw", lambda: "def bus_bandwidth(op, size_bytes, time_us, nranks):\n"
+          "    from dtlab.bench import busbw\n    return busbw(op, size_bytes, time_us * 1e-6, nranks)\n")],
+    REC: [("dtlab.tuning's own best", lambda: "def recommend(df, size, min_margin_pct=2.0):\n"
+           "    from dtlab import tuning\n    return tuning.best(df)\n")],
+    CL: [("dtlab's own diagnosis", lambda: "def classify(evidence_dir):\n"
+          "    from dtlab.hang import diagnose\n    return diagnose(evidence_dir).failure_class\n")],
+    DG: [("dtlab's own diagnosis", lambda: "def diagnosis(evidence_dir):\n"
+          "    from dtlab.hang.diagnose.pipeline import diagnose\n    d = diagnose(evidence_dir)\n"
+          "    return {'failure_class': d.failure_class}\n")],
+    PMT: [("dtlab's own diagnosis and the capstone's sites", lambda: "def postmortem(evidence_dir):\n"
+           "    from dtlab.capstone.hang import _sites\n    from dtlab.hang import diagnose\n"
+           "    d = diagnose(evidence_dir)\n    return {'failure_class': d.failure_class}\n")],
+}

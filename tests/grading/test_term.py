@@ -1,0 +1,218 @@
+"""A term: the whole course released; one student's honest work on all nine notebooks
+autograded while six busy loops oversubscribe the 2 cores; then a class of attackers graded side
+by side with honest students (``dtlab course autograde --jobs``); then feedback and the report.
+
+The class (tests/grading/students.py): hana answers right; ivo destroys what he can reach, forks
+without end, hoards memory and leaves detached children behind; jun spies on the grader and
+borrows the test's variables; kai hands in the weaker algorithms of 01; lou hands in wrong answers
+and tampers with the tests; zed uploads a broken file. What must hold:
+
+* the honest work scores full on every notebook on the busy machine (limits count CPU time);
+* every attacked exercise scores 0, and every other exercise scores as the honest work does;
+* nothing of anyone else's is touched: the inbox, the course root, the gradebook;
+* no process survives (children in sessions of their own, re-parented away, included), and no
+  cgroup is left behind.
+"""
+
+import glob
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from types import SimpleNamespace
+
+import nbformat
+import pandas as pd
+import psutil
+import pytest
+
+from conftest import assert_no_descendants
+from dtlab import cli, course
+from students import CLASS, COURSE, CORRUPT, MARKER, ZEROS, write_class
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800),
+              pytest.mark.sandbox]
+BUSY = 6  # busy loops on a 2-core machine: every core oversubscribed 4 times over
+
+
+def _digest(folder: str) -> dict[str, str]:
+    out = {}
+    for path in sorted(glob.glob(os.path.join(folder, "**", "*"), recursive=True)):
+        if os.path.isfile(path):
+            with open(path, "rb") as f:
+                out[os.path.relpath(path, folder)] = hashlib.sha256(f.read()).hexdigest()
+    return out
+
+
+def _busy_loops(n):
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+            for _ in range(n)]
+
+
+@pytest.fixture(scope="module")
+def released(tmp_path_factory):
+    base = tmp_path_factory.mktemp("term")
+    root, handout = str(base / "course"), str(base / "handout")
+    return SimpleNamespace(base=base, root=root, handout=handout,
+                           released=course.release(out=handout, root=root))
+
+
+def _autograde(t, inbox, db, jobs, busy=0):
+    loops = _busy_loops(busy)
+    started = time.monotonic()
+    try:
+        p = subprocess.run([sys.executable, "-m", "dtlab", "course", "autograde", inbox,
+                            "--root", t.root, "--db", db, "--jobs", str(jobs)],
+                           capture_output=True, text=True, timeout=1500)
+        load = os.getloadavg()[0]
+    finally:
+        for b in loops:
+            b.kill()
+            b.wait()
+    return SimpleNamespace(out=p.stdout, err=p.stderr, code=p.returncode, load=load,
+                           wall_s=time.monotonic() - started)
+
+
+@pytest.fixture(scope="module")
+def busy(released):
+    """hana's nine notebooks, graded with BUSY busy loops beside the grader."""
+    inbox = str(released.base / "busy-inbox")
+    papers = write_class(inbox, released.root, {"hana": {a: None for a in COURSE}}, corrupt=False)
+    db = "sqlite:///" + str(released.base / "busy.db")
+    run = _autograde(released, inbox, db, jobs=4, busy=BUSY)
+    print(f"nine notebooks, {BUSY} busy loops beside the grader: {run.wall_s:.0f} s, load {run.load:.1f}")
+    return SimpleNamespace(**vars(released), **vars(run), db=db, papers=papers)
+
+
+@pytest.fixture(scope="module")
+def term(released):
+    """The class, graded side by side."""
+    t = SimpleNamespace(**vars(released), inbox=str(released.base / "inbox"),
+                        db="sqlite:///" + str(released.base / "grades.db"))
+    t.papers = write_class(t.inbox, t.root)
+    t.inbox_before = _digest(t.inbox)
+    t.source_before = _digest(os.path.join(t.root, "source"))
+    run = _autograde(t, t.inbox, t.db, jobs=2)
+    t.out, t.err, t.code, t.wall_s = run.out, run.err, run.code, run.wall_s
+    print(f"the class: {t.wall_s:.0f} s")
+    return t
+
+
+def scores(t):
+    df = course.report(root=t.root, db=t.db)
+    return df, {(r.student, r.assignment): r for r in df.itertuples()}
+
+
+def test_honest_work_scores_full_on_a_busy_machine(busy):
+    assert busy.load > 4, f"the machine was not busy (load {busy.load})"  # the test's premise
+    assert busy.code == 0, busy.out + busy.err
+    df, by = scores(busy)
+    for aid in COURSE:
+        row = by[("hana", aid)]
+        assert row.score == row.max_score, (aid, df.to_dict("records"))
+
+
+def test_every_attack_scores_zero_and_the_rest_of_the_attackers_work_counts(term):
+    df, by = scores(term)
+    for student, work in CLASS.items():
+        if student == "hana":
+            continue
+        for aid in work:
+            row = by[(student, aid)]
+            for col in df.columns[5:]:
+                value = getattr(row, col)
+                if pd.isna(value):
+                    continue
+                if col in ZEROS[student]:
+                    assert value == 0, f"{student}/{aid}: {col} scored {value}"
+                else:  # graded exactly as the honest work beside it
+                    assert value == getattr(by[("hana", aid)], col), f"{student}/{aid}: {col}"
+
+
+def test_the_spy_found_nothing_of_the_graders(term):
+    nb = nbformat.read(os.path.join(term.root, "autograded", "jun", "04_multinode",
+                                    "04_multinode.ipynb"), as_version=4)
+    test = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "check_world_tests")
+    said = " ".join(str(o.get("evalue", "")) for o in test.outputs)
+    assert "{'found': []}" in said, said  # no notebook, no gradebook, no other process, no frame
+
+
+def test_nothing_of_anyone_elses_was_touched(term):
+    assert _digest(term.inbox) == term.inbox_before
+    assert _digest(os.path.join(term.root, "source")) == term.source_before
+    df, _ = scores(term)
+    assert set(df.student) == {*CLASS, CORRUPT}
+    for student, work in CLASS.items():
+        for aid in work:
+            assert os.path.isfile(os.path.join(term.root, "autograded", student, aid, aid + ".ipynb"))
+
+
+def test_no_process_and_no_cgroup_survives(term):
+    left = [p.pid for p in psutil.process_iter(["cmdline"]) if MARKER in " ".join(p.info["cmdline"] or [])]
+    assert not left, f"attackers' processes still alive: {left}"
+    assert_no_descendants()
+    assert not glob.glob("/sys/fs/cgroup/*/dtlab/grade-*") + glob.glob("/sys/fs/cgroup/*/*/*/dtlab/grade-*")
+    assert not glob.glob(os.path.join(term.root, "graded", ".session-*"))  # the session's runs
+
+
+def test_the_broken_upload_is_named_and_the_rest_graded(term):
+    assert term.code == 1, term.out + term.err
+    assert f"FAILED   {CORRUPT}/02_bandwidth: not recorded:" in term.out
+    assert f"recorded {sum(len(w) for w in CLASS.values())} of {sum(len(w) for w in CLASS.values()) + 1}" \
+           in term.out
+
+
+def test_tampered_tests_are_restored(term):
+    nb = nbformat.read(os.path.join(term.root, "autograded", "lou", "06_nccl", "06_nccl.ipynb"),
+                       as_version=4)
+    src = nbformat.read(os.path.join(term.root, "source", "06_nccl", "06_nccl.ipynb"), as_version=4)
+    by = {c.metadata.get("nbgrader", {}).get("grade_id"): c for c in nb.cells}
+    key = {c.metadata.get("nbgrader", {}).get("grade_id"): c for c in src.cells}
+    assert by["recommend_tests"].source == key["recommend_tests"].source
+    # deleted, put back (nbgrader heads it with a comment saying so)
+    assert by["bus_bandwidth_tests"].source.endswith(key["bus_bandwidth_tests"].source)
+    assert "bonus_tests" not in json.dumps(course.report(root=term.root, db=term.db).columns.tolist())
+
+
+def test_feedback_and_the_instructors_report(term, tmp_path, capsys):
+    assert cli.main(["course", "feedback", "--root", term.root, "--db", term.db, "02_bandwidth"]) == 0
+    pages = capsys.readouterr().out.split()
+    page = {p.split(os.sep)[-3]: open(p).read() for p in pages}
+    assert "Score: 5.0 / 5.0" in page["hana"] and "Score: 0.0 / 5.0" in page["ivo"]
+    csv = tmp_path / "grades.csv"
+    assert cli.main(["course", "report", "--root", term.root, "--db", term.db, "--csv", str(csv)]) == 0
+    said = capsys.readouterr().out
+    assert said.startswith("wrote ") and "grades.csv" in said and len(said.splitlines()) == 1
+    df = pd.read_csv(csv)
+    assert dict(zip(zip(df.student, df.assignment), df.score))[("hana", "02_bandwidth")] == 5.0
+    assert cli.main(["course", "report", "--root", term.root, "--db", term.db, "--json"]) == 0
+    records = json.loads(capsys.readouterr().out)
+    assert {(r["student"], r["assignment"]) for r in records} >= {("kai", "01_collectives")}
+    # `report --json | head` ends quietly
+    p = subprocess.run(f"{sys.executable} -m dtlab course report --root {term.root} --db {term.db} "
+                       f"--json | head -2", shell=True, capture_output=True, text=True)
+    assert p.stderr == "" and p.stdout.startswith("[")
+
+
+def test_report_columns_are_the_graded_assignments_only(term):
+    """The class's gradebook: columns of the five assignments graded, not the course's 21."""
+    df, _ = scores(term)
+    graded = {a for work in CLASS.values() for a in work}
+    assert len(graded) == 5 and set(df.assignment) == graded
+    assert "gather_pids_tests" not in df.columns and "postmortem_tests" not in df.columns
+    assert "slowest_pairs_tests" in df.columns and "check_all_gather_tests" in df.columns
+
+
+def test_release_strips_solutions_and_hidden_tests_and_keeps_learners_work(term):
+    path = os.path.join(term.handout, "00_launch.ipynb")
+    text = open(path).read()
+    for leaked in ("BEGIN SOLUTION", "HIDDEN TESTS", "dist.all_gather(everyone, mine)",
+                   "lost_partner", "predict(64)"):
+        assert leaked not in text, f"{leaked!r} is in the student version"
+    nb = nbformat.read(path, as_version=4)
+    nb.cells.append(nbformat.v4.new_markdown_cell("my notes"))
+    nbformat.write(nb, path)
+    again = course.release(out=term.handout, assignments=["00_launch"], root=term.root)
+    assert [r.status for r in again] == ["kept"] and "my notes" in open(path).read()
