@@ -16,7 +16,7 @@
 327.37
 >>> df = bench.sweep("all", min_bytes="1K", max_bytes="64K", nprocs=2, backend="gloo")  # doctest: +SKIP
 >>> nt = bench.to_frame("data/h200x2-nccl-tests/nt_all_reduce.txt")                     # doctest: +SKIP
->>> bench.plot([df, nt], link_limit_gbps=478, link_label="NVLink4 x18: 478 GB/s/dir raw")  # doctest: +SKIP
+>>> bench.plot([df, nt], link_limit_gbps=450, link_label="NVLink4 x18: 450 GB/s/dir")  # doctest: +SKIP
 
 Terminal: ``dtlab bench --op all -b 8 -e 128M`` and ``dtlab nccl-tests FILE [--json]``.
 """
@@ -31,11 +31,11 @@ from .fit import Fit, fit
 from .pitfalls import timing_pitfalls
 from .p2p import p2p_matrix, plot_p2p, slow_pairs, to_matrix
 from .bucketing import bucket_time_us, bucketing
-from .ceiling import ceiling_lines, nccl_topology, nvlink_rates, plot_ceiling
+from .ceiling import ceiling_lines, data_rate, nccl_topology, nvlink_rates, plot_ceiling
 
 __all__ = ["OPS", "FRAME_COLUMNS", "algbw", "busbw", "busbw_factor", "canonical_op",
            "coll_shape", "format_size", "parse_size", "sweep_sizes", "sweep", "to_frame",
            "to_reports", "rows_to_frame", "render_text", "render_report", "parse_nccl_tests",
            "parse_nccl_tests_all", "plot", "summary_text", "Fit", "fit", "timing_pitfalls",
            "p2p_matrix", "plot_p2p", "slow_pairs", "to_matrix", "bucketing", "bucket_time_us",
-           "ceiling_lines", "nccl_topology", "nvlink_rates", "plot_ceiling"]
+           "ceiling_lines", "data_rate", "nccl_topology", "nvlink_rates", "plot_ceiling"]

@@ -2,8 +2,9 @@
 
 Contract, three small passes over recorded evidence and one plot:
 
-* :func:`nvlink_rates` -- ``nvidia-smi nvlink -s`` text -> ``{gpu: [GB/s per link]}``; each
-  figure is one link's rate *per direction* (18 x 26.562 = 478.1 GB/s per H200 each way);
+* :func:`nvlink_rates` -- ``nvidia-smi nvlink -s`` text -> ``{gpu: [GB/s per link]}``, as
+  nvidia-smi prints them: each link's *signalling* rate in one direction (26.562 GB/s on an
+  H100/H200 NVLink4 link); :func:`data_rate` turns one into the rate data moves at (25 GB/s);
 * :func:`nccl_topology` -- an ``NCCL_DEBUG=INFO`` log (``NCCL_DEBUG_SUBSYS`` with GRAPH) ->
   NCCL's own figures: ``system_max_bw`` (``=== System : maxBw X totalBw Y ===``, GB/s, its
   model of the best GPU-to-GPU path) and one entry per searched graph (``Pattern P, ...,
@@ -14,12 +15,16 @@ Contract, three small passes over recorded evidence and one plot:
 
 Why one direction: busbw (nccl-tests doc/PERFORMANCE.md) is the rate at which each rank's
 bytes cross its busiest link in one direction -- an all-reduce ring sends and receives at once,
-each direction carrying ``2(n-1)/n x S``. The "900 GB/s" in NVLink4 marketing is both directions
-added (18 links x 25 GB/s x 2); the per-direction figure is the one busbw can approach.
+each direction carrying ``2(n-1)/n x S``. NVIDIA's "900 GB/s" for H100/H200 NVLink4 is 18 links
+x 50 GB/s with both directions added (the H100 and H200 datasheets), so 25 GB/s per link per
+direction, 450 GB/s per GPU each way: the figure busbw can approach. nvidia-smi's 26.562 GB/s
+per link is the signalling rate, above the data rate (18 x 26.562 = 478 GB/s is no ceiling
+any payload can reach).
 
->>> from dtlab.bench.ceiling import nvlink_rates, nccl_topology
->>> sum(nvlink_rates("data/h200x2-nccl-logs/nvidia-smi-nvlink.txt")[0])        # doctest: +ELLIPSIS
-478.1...
+>>> from dtlab.bench.ceiling import data_rate, nvlink_rates, nccl_topology
+>>> rates = nvlink_rates("data/h200x2-nccl-logs/nvidia-smi-nvlink.txt")[0]
+>>> len(rates), rates[0], sum(data_rate(r) for r in rates)
+(18, 26.562, 450.0)
 >>> nccl_topology("data/h200x2-nccl-logs/default/vm.1071.log")["system_max_bw"]
 370.8
 """
@@ -38,6 +43,9 @@ _LINK = re.compile(r"^\s*Link\s+(\d+):\s*([\d.]+)\s*GB/s")
 _SYSTEM = re.compile(r"=== System : maxBw ([\d.]+) totalBw ([\d.]+) ===")
 _PATTERN = re.compile(r"Pattern (\d+), crossNic (\d+), nChannels (\d+), bw ([\d.]+)/([\d.]+), "
                       r"type (\S+?)/(\S+?),")
+# nvidia-smi's per-link figure (signalling rate) -> the data rate NVIDIA's datasheets give, per
+# link and direction: NVLink4 (H100/H200 SXM: 900 GB/s over 18 links, both directions added)
+SIGNALLING_TO_DATA_GBPS = {26.562: 25.0}
 PATTERNS = {1: "balanced tree", 2: "split tree", 3: "tree", 4: "ring", 5: "nvls",
             6: "collnet direct"}
 
@@ -68,6 +76,12 @@ def nvlink_rates(text_or_path) -> dict[int, list[float]]:
     return out
 
 
+def data_rate(signalling_gbps: float) -> float:
+    """One link's data rate per direction (GB/s) from the figure ``nvidia-smi nvlink -s`` prints
+    for it (its signalling rate); a figure dtlab has no datasheet for is returned as it is."""
+    return SIGNALLING_TO_DATA_GBPS.get(round(signalling_gbps, 3), signalling_gbps)
+
+
 def nccl_topology(text_or_path) -> dict:
     """NCCL's bandwidth model from one rank's INFO log: ``{"system_max_bw", "system_total_bw",
     "graphs": [{"pattern", "name", "channels", "bw_intra", "bw_inter", "type_intra",
@@ -93,14 +107,18 @@ def nccl_topology(text_or_path) -> dict:
 
 
 def ceiling_lines(nvlink=None, nccl_log=None, gpu: int = 0) -> list[tuple[float, str]]:
-    """``[(GB/s, label)]`` from the recorded evidence given: the links' per-direction sum,
+    """``[(GB/s, label)]`` from the recorded evidence given: the links' per-direction data rate,
     NCCL's system bandwidth and its ring graph's channels x per-channel bandwidth."""
     lines = []
     if nvlink is not None:
         links = nvlink_rates(nvlink)[gpu]
         if links:
-            lines.append((sum(links), f"NVLink: {len(links)} x {links[0]:g} GB/s = "
-                                      f"{sum(links):.1f} GB/s per direction (nvidia-smi)"))
+            data = [data_rate(r) for r in links]
+            known = data != links
+            lines.append((sum(data), f"NVLink: {len(links)} x {data[0]:g} GB/s = {sum(data):.1f} GB/s "
+                                     + ("per direction (datasheet; nvidia-smi shows "
+                                        f"{links[0]:g} raw)" if known else
+                                        "per direction (as nvidia-smi reports it)")))
     if nccl_log is not None:
         topo = nccl_topology(nccl_log)
         lines.append((topo["system_max_bw"], f"NCCL topology maxBw {topo['system_max_bw']:g} GB/s"))

@@ -5,7 +5,7 @@ plateau is what to compare with the hardware, drawn as a horizontal line when yo
 
 >>> import dtlab.bench as bench
 >>> ax = bench.plot([bench.to_frame("data/h200x2-nccl-tests/nt_all_reduce.txt")],
-...                 link_limit_gbps=478, link_label="NVLink4 x18: 478 GB/s/dir raw")  # doctest: +SKIP
+...                 link_limit_gbps=450, link_label="NVLink4 x18: 450 GB/s/dir")  # doctest: +SKIP
 >>> ax.figure.savefig("busbw.png")                                                   # doctest: +SKIP
 """
 

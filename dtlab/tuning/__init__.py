@@ -18,7 +18,7 @@ really did beside each measured row.
 (4, 'ALGO=Ring PROTO=LL')
 >>> df = tuning.sweep(settings, min_bytes="1K", max_bytes="1G")             # doctest: +SKIP
 >>> print(tuning.table(df)); tuning.best(df, size="1M")                      # doctest: +SKIP
->>> tuning.plot(df, link_limit_gbps=478).figure.savefig("tune.png")          # doctest: +SKIP
+>>> tuning.plot(df, link_limit_gbps=450).figure.savefig("tune.png")          # doctest: +SKIP
 
 Terminal: ``dtlab tune --algo Ring,Tree --proto LL,Simple -b 1K -e 1G [--json]``.
 On CPUs (gloo) the sweep runs the same way, but NCCL is not involved: the settings change

@@ -182,7 +182,7 @@ def plot(df: "pandas.DataFrame", link_limit_gbps: float | None = None,
     1K/1M/1G, the link's speed as a dotted line when given); failed settings are listed in the
     legend. Returns the Axes (``ax.figure.savefig("tune.png")``).
 
-    >>> plot(df, link_limit_gbps=478, link_label="NVLink4 x18")       # doctest: +SKIP
+    >>> plot(df, link_limit_gbps=450, link_label="NVLink4 x18")       # doctest: +SKIP
     """
     import pandas as pd
 

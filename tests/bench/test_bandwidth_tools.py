@@ -55,13 +55,15 @@ def test_ceiling_from_recorded_evidence(tmp_path):
     nvl = os.path.join(LOGS, "nvidia-smi-nvlink.txt")
     log = os.path.join(LOGS, "default", "vm.1071.log")
     rates = bench.nvlink_rates(nvl)
-    assert sorted(rates) == [0, 1] and len(rates[0]) == 18 and rates[0][0] == 26.562
+    assert sorted(rates) == [0, 1] and len(rates[0]) == 18 and rates[0][0] == 26.562  # signalling
+    assert bench.data_rate(26.562) == 25.0 and bench.data_rate(53.1) == 53.1  # datasheet; unknown
     topo = bench.nccl_topology(log)
     assert topo["system_max_bw"] == 370.8
     ring = next(g for g in topo["graphs"] if g["name"] == "ring")
     assert ring["channels"] == 12 and ring["total_intra"] == 360.0
     lines = bench.ceiling_lines(nvl, log)
-    assert [round(b, 1) for b, _ in lines] == [478.1, 370.8, 360.0]
+    assert [round(b, 1) for b, _ in lines] == [450.0, 370.8, 360.0]
+    assert "datasheet" in lines[0][1] and "26.562 raw" in lines[0][1]
     nt = bench.to_frame(os.path.join(ROOT, "data", "h200x2-nccl-tests", "nt_all_reduce.txt"))
     bench.plot_ceiling(nt, nvl, log).figure.savefig(tmp_path / "ceiling.png")
     with pytest.raises(ValueError, match="maxBw"):

@@ -73,7 +73,7 @@ def test_table_shows_nccl_columns_failures_and_best():
 
 
 def test_plot_one_line_per_setting_and_failed_ones_in_the_legend(tmp_path):
-    ax = tuning.plot(synthetic_frame(), link_limit_gbps=478, link_label="NVLink4 x18")
+    ax = tuning.plot(synthetic_frame(), link_limit_gbps=450, link_label="NVLink4 x18")
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     assert labels[:3] == ["default", "PROTO=LL", "ALGO=Tree"]
     assert "NVLink4 x18" in labels and any(s.startswith("MAX_NCHANNELS=1: failed") for s in labels)
