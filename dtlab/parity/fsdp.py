@@ -15,7 +15,7 @@ Tolerances (:data:`dtlab.parity.TOLERANCE`): float32 FSDP2 vs DDP differs only i
 order (reduce-scatter vs all-reduce) -> float32's 1e-5. With 2 ranks on gloo both sum the same two
 numbers and divide by 2, so the result is bitwise equal (measured: 0); with more ranks or NCCL's
 rings the order differs. ``MixedPrecisionPolicy(param_dtype=
-bfloat16, reduce_dtype=float32)`` computes forward and backward in bf16 (8-bit mantissa), so it is
+bfloat16, reduce_dtype=float32)`` computes forward and backward in bf16 (8-bit significand), so it is
 held to bfloat16's 1e-2 against float32 DDP; the optimizer still steps float32 shards.
 
 ZeRO stages as FSDP2 settings (Rajbhandari et al. 2020, sec. 5; ``P`` = parameter bytes,

@@ -18,8 +18,8 @@ unless ``W == 1``: addition in floating point is not associative. Measured on 2 
 steps of the tiny classifier: max |diff| ~1e-16 (float64), ~1e-7 (float32); the tolerances
 below leave ~100x room, and every bug in :data:`BUGS` that breaks parity misses them by > 1e-4.
 NCCL's ring/tree reductions add other orders, not larger errors; TF32 is off for float32.
-bfloat16 (FSDP2's MixedPrecisionPolicy, params in bf16, reduce in fp32) keeps 8 bits of
-mantissa (~4e-3 relative per rounding); measured on the 2-block transformer of
+bfloat16 (FSDP2's MixedPrecisionPolicy, params in bf16, reduce in fp32) keeps an 8-bit
+significand, 7 bits stored (~4e-3 relative per rounding); measured on the 2-block transformer of
 :mod:`dtlab.parity.fsdp`, 4 steps on gloo: max |diff| ~2e-4 vs float32 DDP. Its tolerance is 1e-2:
 loose by nature, still under what the bugs above do to the tiny classifier (7e-2 to 4e-1).
 """
