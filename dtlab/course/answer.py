@@ -114,11 +114,11 @@ class Answer:
         self.cpu_s = float(cpu_s or (self.ctx.cpu_s if self.ctx else 60.0))
         self.idle_s = idle_s
         self.world = world(without)
+        first = self._first_frame(caller)  # refused here, before anything starts, if not its own
         self._inputs = tempfile.mkdtemp(prefix="dtlab-inputs-")
         self._box = None
         self._proc = None
         self._printed = [0]
-        first = self._first_frame(caller)
         self._start()
         _LIVE[name] = weakref.ref(self)
         self._talk(first, what=f"rebuilding {name}() from your solution cell")
@@ -126,7 +126,7 @@ class Answer:
     # -- the process ------------------------------------------------------------------------
     def _first_frame(self, caller: dict | None) -> dict:
         return {"name": self.name, "path": [],
-                **learner_source(self.name, self.ctx, caller, self.also)}
+                **learner_source(self.name, self.ctx, caller, self.also, self.world.without)}
 
     def _start(self) -> None:
         from ..runtime.zygote import Zygote
@@ -150,8 +150,9 @@ class Answer:
         from ..runtime.sandbox import View
 
         root = self.world.pythonpath
-        ro = [*self.world.binds, (root, root), (data_dir(), data_dir()),
-              (self._inputs, SANDBOX_INPUTS)]
+        # no data/: its recorded folders carry their labels (diagnosis.json, the planted bug),
+        # and an answer gets what it needs as its inputs
+        ro = [*self.world.binds, (root, root), (self._inputs, SANDBOX_INPUTS)]
         env = {} if self.ctx.isolate else {"DTLAB_DATA": data_dir()}
         return View(ro=ro, home=SANDBOX_HOME, env=env)
 
@@ -269,19 +270,23 @@ class Answer:
 
 # ---- helpers ----------------------------------------------------------------------------
 
-def learner_source(name: str, ctx, caller: dict | None, also: tuple[str, ...] = ()) -> dict:
+def learner_source(name: str, ctx, caller: dict | None, also: tuple[str, ...] = (),
+                   without: tuple[str, ...] = ()) -> dict:
     """What the learner's function ``name`` is rebuilt from: graded, the submission's solution
     cell, the imports above it and the course's locked cells that define ``also``; in
     JupyterLab, the same cell's source (IPython keeps it), the kernel's imports and its values
-    of ``also``."""
+    of ``also``. A cell that is not the learner's own work (:mod:`.provenance`: the code of
+    ``without``'s modules pasted or packed in) is refused, with why, in both."""
     if ctx is not None:
         solution, imports = ctx.solution_of(name)
+        _own_work(solution, without)
         return {"imports": imports, "solution": solution, "cells": ctx.definitions(also)}
     ns = caller or vars(sys.modules["__main__"])
     fn = ns.get(name)
     if not callable(fn):
         raise AssertionError(f"{name} is not defined: run the cell that defines it first")
     out = _from_kernel(fn, ns)
+    _own_work(out.get("solution", ""), without)
     if also:
         import cloudpickle
 
@@ -290,6 +295,14 @@ def learner_source(name: str, ctx, caller: dict | None, also: tuple[str, ...] = 
             raise AssertionError(f"{', '.join(missing)} not defined: run the notebook's cells above")
         out["values"] = base64.b64encode(cloudpickle.dumps({n: ns[n] for n in also})).decode()
     return out
+
+
+def _own_work(solution: str, without) -> None:
+    from .provenance import borrowed
+
+    why = borrowed(solution, without)
+    if why:
+        raise AssertionError(why)
 
 
 def data_dir() -> str:

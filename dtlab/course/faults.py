@@ -2,12 +2,14 @@
 implementations nobody can read.
 
 The implementation a validator is handed (:func:`dtlab.course.harness.relayed_all_gather`) is
-served by the relay in the grader's process; here, per case, is what the relay does to each
-rank's result before handing it over. The learner's validator sees only the numbers::
+served by the relay in the grader's process; here is what the relay does to each rank's result
+before handing it over. One fault (or none) per job: the learner's validator sees only the
+numbers, and nothing it sends -- a case label included -- changes which fault it meets::
 
-    net = Network(nprocs=3, cases=[None, {"kind": "stale", "rank": 2}, {"kind": "echo"}])
-    Ranks(3, ..., deliver=net).run(harness.checks, "check_all_gather", [3] * 3)
-    net.expected      # [True, False, False]: what a correct validator says per case
+    for fault in [None, {"kind": "stale", "rank": 2}, {"kind": "echo"}]:
+        net = Network(nprocs=3, fault=fault)
+        out = Ranks(3, ..., deliver=net).run(harness.checks, "check_all_gather", [1] * 3)
+        net.expected   # True for the sound network: what a correct validator says
 
 Faults (``rank``: only on that rank; ``origin``: only that rank's contribution):
 
@@ -28,28 +30,27 @@ KINDS = ("echo", "zero", "shift", "plus_one", "swap_last", "stale")
 
 
 class Network:
-    """The relay's ``deliver`` hook for ``impl:all_gather``, one fault (or None) per case."""
+    """The relay's ``deliver`` hook for ``impl:all_gather``: one fault (None: a sound network)
+    on every call of the job."""
 
-    def __init__(self, nprocs: int, cases: list[dict | None]):
-        for f in cases:
-            if f is not None and f.get("kind") not in KINDS:
-                raise ValueError(f"unknown fault {f!r}: one of {', '.join(KINDS)}")
-        self.n, self.cases = nprocs, list(cases)
-        self._seen: dict[tuple, bytes] = {}   # (case, rank, dtype, shape) -> last result
+    def __init__(self, nprocs: int, fault: dict | None = None):
+        if fault is not None and fault.get("kind") not in KINDS:
+            raise ValueError(f"unknown fault {fault!r}: one of {', '.join(KINDS)}")
+        self.n, self.fault = nprocs, fault
+        self._seen: dict[tuple, bytes] = {}   # (rank, dtype, shape) -> last result
 
     @property
-    def expected(self) -> list[bool]:
-        """A correct validator's verdict per case: True where the network is sound."""
-        return [f is None for f in self.cases]
+    def expected(self) -> bool:
+        """A correct validator's verdict: True where the network is sound."""
+        return self.fault is None
 
     def __call__(self, msg, out: bytes) -> bytes:
         import torch
 
         from ..runtime.relay import _dtype
 
-        case = (msg.info.get("mark") or {}).get("case")
-        fault = self.cases[case] if isinstance(case, int) and 0 <= case < len(self.cases) else None
-        key = (case, msg.rank, msg.dtype, tuple(msg.shapes[0]))
+        fault = self.fault  # marks come from the learner's process: they decide nothing here
+        key = (msg.rank, msg.dtype, tuple(msg.shapes[0]))
         previous = self._seen.get(key)
         self._seen[key] = out
         if fault is None:

@@ -67,7 +67,8 @@ class Ranks:
         ranks' tracebacks and output) if a rank failed or the job had to be stopped."""
         if len(per_rank) != self.nprocs:
             raise ValueError(f"per_rank has {len(per_rank)} entries for {self.nprocs} ranks")
-        learner = Learner(name, learner_source(name, self.ctx, sys._getframe(1).f_globals))
+        learner = Learner(name, learner_source(name, self.ctx, sys._getframe(1).f_globals,
+                                               without=self.world.without))
         box = sandbox_box(self.ctx) if self.ctx is not None else None
         isolated = box is not None and box.isolate
         # the world first (in a sandbox it is also where it is here), then, without one, this
@@ -94,7 +95,7 @@ class Ranks:
         def spawn(rank: int, argv: list[str], socket_path: str):
             # each rank its own sandbox: no network, folder or memory shared with another rank
             root = self.world.pythonpath
-            view = View(ro=[*self.world.binds, (root, root), (data_dir(), data_dir())],
+            view = View(ro=[*self.world.binds, (root, root)],  # no data/ (see answer.Answer._view)
                         rw=[(socket_path, "/relay.sock")], home=SANDBOX_HOME,
                         env={**observed.RANK_ENV, **({} if box.isolate else {"DTLAB_DATA": data_dir()})})
             return box.spawn_warm(zygote, observed.RANK_MAIN,

@@ -39,6 +39,39 @@ def C(exercise_key, old, new):  # noqa: N802 (a table's short form)
     return changed(*exercise_key, old, new)
 
 
+def pasted(module_file: str, answer: str) -> str:
+    """A library module's code (docstrings out, so that no payload limit trips) pasted above an
+    answer that calls into it: what a student who has dtlab installed can hand in."""
+    import ast
+
+    tree = ast.parse(open(os.path.join(ROOT, "dtlab", module_file)).read())
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) \
+                and isinstance(getattr(body[0], "value", None), ast.Constant) \
+                and isinstance(body[0].value.value, str):
+            body[0] = ast.Pass()
+    return ast.unparse(tree) + "\n\n" + answer
+
+
+def packed(module_files: list[str], answer: str) -> str:
+    """Library modules in a base64 tar.gz that the cell unpacks and loads under their real names
+    (the red team's way past a sandbox without them)."""
+    import base64
+    import io
+    import tarfile
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as t:
+        for rel in module_files:
+            t.add(os.path.join(ROOT, "dtlab", rel), arcname=rel)
+    blob = base64.b64encode(buf.getvalue()).decode()
+    return (f"import base64, importlib.util, io, os, sys, tarfile, tempfile\n_B = {blob!r}\n"
+            "_root = tempfile.mkdtemp()\n"
+            "tarfile.open(fileobj=io.BytesIO(base64.b64decode(_B)), mode='r:gz').extractall(_root)\n"
+            "sys.path.insert(0, _root)\n\n" + answer)
+
+
 GP, PR, RC = ("00_launch", "gather_pids"), ("00_launch", "predict"), ("00_launch", "root_cause")
 CA, RA, CR = (("01_collectives", "check_all_gather"), ("01_collectives", "ring_all_gather"),
               ("01_collectives", "composed_all_reduce"))
@@ -167,7 +200,13 @@ SHORTCUTS = {
          ("torch's all_reduce", lambda: "def composed_all_reduce(tensor, op=dist.ReduceOp.SUM, group=None, async_op=False):\n"
           "    dist.all_reduce(tensor, op=op)\n")],
     FIT: [("dtlab.bench's own fit", lambda: "def fit_alpha_beta(sizes, times_us):\n"
-           "    from dtlab.bench import fit\n    f = fit(sizes, times_us)\n    return f.alpha_us, f.beta_GBps\n")],
+           "    from dtlab.bench import fit\n    f = fit(sizes, times_us)\n    return f.alpha_us, f.beta_GBps\n"),
+          ("dtlab.bench's fit pasted in", lambda: pasted("bench/fit.py",
+           "def fit_alpha_beta(sizes, times_us):\n    f = fit(sizes, times_us)\n"
+           "    return f.alpha_us, f.beta_GBps\n")),
+          ("dtlab.bench's fit packed in", lambda: packed(["bench/fit.py"],
+           "def fit_alpha_beta(sizes, times_us):\n    import fit\n    f = fit.fit(sizes, times_us)\n"
+           "    return f.alpha_us, f.beta_GBps\n"))],
     SLOW: [("dtlab.bench's own slow_pairs", lambda: "def slow_pairs(matrix, fraction=0.75):\n"
             "    from dtlab.bench.p2p import slow_pairs as theirs\n    return theirs(matrix, fraction)\n")],
     SP: [("dtlab.topology's own", lambda: "def slowest_pairs(links):\n"
@@ -178,7 +217,8 @@ SHORTCUTS = {
           "    return {'hop': ['GPU3', 'GPU4'], 'kind': 'SYS'} if order[0] == 'GPU0' and order[1] == 'GPU1' "
           "else {'hop': ['GPU0', 'GPU3'], 'kind': 'NV2'}\n")],
     CW: [("dtlab.multinode's own", lambda: "def check_world(table):\n"
-          "    from dtlab.multinode import check_world as theirs\n    return theirs(table)\n")],
+          "    from dtlab.multinode import check_world as theirs\n    return theirs(table)\n"),
+         ("dtlab.multinode's check_world pasted in", lambda: pasted("multinode/world.py", ""))],
     NF: [("dtlab.multinode's diagnosis", lambda: "def name_fault(console_text):\n"
           "    from dtlab.multinode.diagnose import diagnose\n"
           "    return diagnose(split_consoles(console_text), {}, None, [])['failure_class']\n")],

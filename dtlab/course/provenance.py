@@ -1,0 +1,149 @@
+"""Is a submitted answer the learner's own, or the library's code handed back?
+
+An exercise that dtlab itself answers is graded in a world without those modules
+(:mod:`dtlab.course.world`), so a solution cannot *call* them. It can still *carry* them: a
+learner has the library installed, and can paste its source into the solution cell, or an
+encoded archive of it that the cell unpacks and loads. The grader reads the solution cell's text
+before it runs anything (this module runs in the grader's process, never in the learner's) and
+refuses two things, each with a reason the feedback shows:
+
+* **a payload**: more than ``PAYLOAD_CHARS`` characters in string literals and comments. An
+  answer computes its result; it has no use for kilobytes of data or code in text (the course's
+  reference solutions carry at most a few hundred);
+* **the absent modules' code**: token k-grams of the cell (``K`` tokens, local names
+  normalised, attribute names, keywords and literals' kinds kept) winnowed as in MOSS (Schleimer,
+  Wilkerson and Aiken, *Winnowing: local algorithms for document fingerprinting*, SIGMOD 2003),
+  looked up in the same k-grams of the modules the exercise takes away. A cell with at least
+  ``MIN_SHARED`` fingerprints from there that make up ``SHARE`` of its own, or with
+  ``MANY_SHARED`` of them however much else it holds, is the library's code, renamed or not.
+  (Measured on the course's reference solutions, written by the library's own author: at most
+  34 % and 28 fingerprints shared; a pasted module: 100 %.)
+
+Rewriting the library's algorithm in one's own words is not caught, and is not meant to be: that
+is doing the exercise with a good reference open. What is caught is handing in code that was not
+written. ``tests/grading`` checks both directions: every reference solution passes, every
+pasted or packed copy of an absent module is refused.
+
+>>> borrowed("def f(x):\\n    return x + 1\\n", ("dtlab.bench",)) is None
+True
+"""
+
+from __future__ import annotations
+
+import builtins
+import hashlib
+import io
+import keyword
+import os
+import tokenize
+
+PAYLOAD_CHARS = 3000  # characters of string literals and comments one solution cell may hold
+K = 12                # tokens per k-gram
+WINDOW = 6            # winnowing window (a shared run of K + WINDOW - 1 tokens is always seen)
+SHARE = 0.5           # fraction of the cell's fingerprints found in the absent modules
+MIN_SHARED = 8        # and at least this many of them
+MANY_SHARED = 50      # or this many, whatever the fraction (a copy padded with code of one's own)
+
+_KEEP = set(keyword.kwlist) | set(dir(builtins))
+
+
+def _tokens(source: str) -> list[str] | None:
+    """The cell as a stream of normalised tokens (None: not Python that tokenizes)."""
+    out, after_dot = [], False
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+            if tok.type == tokenize.NAME:
+                out.append(tok.string if after_dot or tok.string in _KEEP else "V")
+            elif tok.type == tokenize.NUMBER:
+                out.append("N")
+            elif tok.type == tokenize.STRING or tok.type in _FSTRING:
+                out.append("S")
+            elif tok.type == tokenize.OP:
+                out.append(tok.string)
+            after_dot = tok.type == tokenize.OP and tok.string == "."
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        return None
+    return out
+
+
+_FSTRING = {getattr(tokenize, n) for n in ("FSTRING_START", "FSTRING_MIDDLE", "FSTRING_END")
+            if hasattr(tokenize, n)}
+
+
+def _hashes(tokens: list[str]) -> list[int]:
+    return [int.from_bytes(hashlib.blake2b("\x1f".join(tokens[i:i + K]).encode(),
+                                           digest_size=8).digest(), "big")
+            for i in range(len(tokens) - K + 1)]
+
+
+def fingerprints(source: str) -> set[int]:
+    """The winnowed fingerprints of ``source``: the smallest k-gram hash of every window."""
+    hs = _hashes(_tokens(source) or [])
+    if len(hs) <= WINDOW:
+        return set(hs)
+    return {min(hs[i:i + WINDOW]) for i in range(len(hs) - WINDOW + 1)}
+
+
+def payload(source: str) -> int:
+    """Characters of string literals and comments in ``source``."""
+    n = 0
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+            if tok.type in (tokenize.STRING, tokenize.COMMENT) or tok.type in _FSTRING:
+                n += len(tok.string)
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        return 0
+    return n
+
+
+def module_files(modules) -> list[str]:
+    """The installed ``.py`` files of dtlab modules or packages (others: none)."""
+    import dtlab
+
+    top = os.path.dirname(os.path.abspath(dtlab.__file__))
+    out = []
+    for name in modules:
+        if name != "dtlab" and not name.startswith("dtlab."):
+            continue
+        rel = os.path.join(top, *name.split(".")[1:])
+        if os.path.isdir(rel):
+            for here, dirs, files in os.walk(rel):
+                dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+                out += [os.path.join(here, f) for f in sorted(files) if f.endswith(".py")]
+        elif os.path.isfile(rel + ".py"):
+            out.append(rel + ".py")
+    return out
+
+
+_LIB: dict[str, set[int]] = {}
+
+
+def _library(path: str) -> set[int]:
+    """Every k-gram hash of one library file (all of them: a copy may start anywhere)."""
+    if path not in _LIB:
+        with open(path, encoding="utf-8") as f:
+            _LIB[path] = set(_hashes(_tokens(f.read()) or []))
+    return _LIB[path]
+
+
+def borrowed(source: str, without) -> str | None:
+    """Why the solution cell ``source`` is not the learner's own work, or None."""
+    carried = payload(source)
+    if carried > PAYLOAD_CHARS:
+        return (f"your solution cell carries {carried:,} characters of strings and comments (at "
+                f"most {PAYLOAD_CHARS:,}): an answer computes its result, it does not bring code "
+                f"or data along in text")
+    mine = fingerprints(source)
+    if not mine:
+        return None
+    files = module_files(without)
+    lib = set().union(*(_library(p) for p in files)) if files else set()
+    shared = mine & lib
+    if len(shared) >= MANY_SHARED or (len(shared) >= MIN_SHARED and len(shared) >= SHARE * len(mine)):
+        top = os.path.dirname(os.path.dirname(files[0]))
+        most = sorted(files, key=lambda p: -len(_library(p) & shared))
+        where = [os.path.relpath(p, top) for p in most if _library(p) & shared]
+        return (f"your solution cell is the code of {', '.join(where[:3])} "
+                f"({len(shared)} of its {len(mine)} fingerprints are there), which this exercise "
+                f"takes away: write it yourself")
+    return None

@@ -1,0 +1,120 @@
+"""The grader refuses a solution cell that is not the learner's own work -- the code of the
+modules an exercise takes away, pasted (renamed, padded) or packed in -- and passes every
+reference solution of the course (dtlab.course.provenance)."""
+
+import ast
+import base64
+import glob
+import os
+import zlib
+
+import nbformat
+import pytest
+
+from dtlab.course import provenance
+from dtlab.course.provenance import borrowed
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _exercises():
+    """(notebook, exercise, reference solution, the modules its test takes away), read from the
+    course's test cells: every course.answer(...) / course.Ranks(...) with without=."""
+    out = []
+    for path in sorted(glob.glob(os.path.join(ROOT, "notebooks", "*.ipynb"))):
+        nb = nbformat.read(path, as_version=4)
+        meta = [(c, c.metadata.get("nbgrader", {})) for c in nb.cells]
+        sols = {m["grade_id"]: c.source for c, m in meta if m.get("solution")}
+        for c, m in meta:
+            if not m.get("grade"):
+                continue
+            tree = ast.parse(c.source)
+            names = {}  # the cell's own tuples (VERDICT = ("dtlab.hang...", ...))
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Assign) and len(node.targets) == 1 \
+                        and isinstance(node.targets[0], ast.Name):
+                    try:
+                        names[node.targets[0].id] = ast.literal_eval(node.value)
+                    except ValueError:
+                        pass
+            for node in ast.walk(tree):
+                if not (isinstance(node, ast.Call) and getattr(node.func, "attr", "") in ("answer", "Ranks")):
+                    continue
+                without = [names.get(k.value.id) if isinstance(k.value, ast.Name)
+                           else ast.literal_eval(k.value) for k in node.keywords if k.arg == "without"]
+                name = m["grade_id"].removesuffix("_tests")
+                if node.func.attr == "answer" and node.args and isinstance(node.args[0], ast.Constant):
+                    name = node.args[0].value
+                ref = sols.get(name) or sols.get(m["grade_id"].removesuffix("_tests"))
+                if without and ref:
+                    out.append((os.path.basename(path)[:2], name, ref, tuple(without[0])))
+    return out
+
+
+EXERCISES = _exercises()
+
+
+def test_every_graded_exercise_that_takes_modules_away_is_covered():
+    assert len(EXERCISES) >= 20 and all(w for *_, w in EXERCISES), EXERCISES
+
+
+@pytest.mark.parametrize("nb,name,reference,without", EXERCISES, ids=lambda v: v if isinstance(v, str) else "")
+def test_the_reference_solution_is_its_own_work(nb, name, reference, without):
+    assert borrowed(reference, without) is None
+
+
+def _code_of(path: str) -> str:
+    """A module's code without its docstrings and comments (what a paste that dodges the
+    payload limit looks like)."""
+    tree = ast.parse(open(path).read())
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) \
+                and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+            body[0] = ast.Pass()
+    return ast.unparse(tree)
+
+
+class _Rename(ast.NodeTransformer):
+    def visit_Name(self, node):
+        node.id = "x_" + node.id
+        return node
+
+    def visit_arg(self, node):
+        node.arg = "a_" + node.arg
+        return node
+
+    def visit_FunctionDef(self, node):
+        node.name = "f_" + node.name
+        self.generic_visit(node)
+        return node
+
+
+FIT = os.path.join(ROOT, "dtlab", "bench", "fit.py")
+DIAGNOSE = os.path.join(ROOT, "dtlab", "hang", "diagnose", "failed.py")
+
+
+def test_a_pasted_module_is_refused_and_named():
+    why = borrowed(_code_of(FIT) + "\n\ndef fit_alpha_beta(sizes, times_us):\n    return 1.0, 2.0\n",
+                   ("dtlab.bench",))
+    assert why and "bench/fit.py" in why and "takes away" in why
+
+
+def test_renamed_and_padded_copies_are_refused():
+    renamed = ast.unparse(_Rename().visit(ast.parse(_code_of(DIAGNOSE))))
+    assert borrowed(renamed, ("dtlab.hang",)), "renaming every name hides nothing"
+    # as much code of one's own as copied: the copy still counts
+    own = "\n".join(f"def helper_{i}(values, k={i}):\n    total = 0\n    for v in values:\n"
+                    f"        if v > k:\n            total += v * {i} - k\n    return total\n"
+                    for i in range(60))
+    assert borrowed(own + "\n" + _code_of(DIAGNOSE), ("dtlab.hang",))
+    assert borrowed(own, ("dtlab.hang",)) is None  # the padding alone is the learner's
+
+
+def test_a_packed_copy_is_refused():
+    blob = base64.b64encode(zlib.compress(open(FIT, "rb").read())).decode()
+    cell = (f"import base64, zlib\n_B = {blob!r}\nexec(zlib.decompress(base64.b64decode(_B)))\n"
+            "def fit_alpha_beta(sizes, times_us):\n    return fit(sizes, times_us)\n")
+    why = borrowed(cell, ("dtlab.bench",))
+    assert why and "characters of strings and comments" in why
+    assert provenance.payload(cell) > provenance.PAYLOAD_CHARS
