@@ -112,26 +112,21 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
-GRADING_SEED = os.environ.get(SEED_ENV) or secrets.token_hex(8)
+# One grading session for the whole run, made at import (so that every process the tests start
+# inherits it).
+GRADING_SEED = os.environ.setdefault(SEED_ENV, secrets.token_hex(8))
+_OWN_CACHE = CACHE_ENV not in os.environ
+if _OWN_CACHE:
+    os.environ[CACHE_ENV] = tempfile.mkdtemp(prefix="dtlab-test-session-")
 
 
 def pytest_report_header(config):
     return f"grading seed: {GRADING_SEED} (rerun with {SEED_ENV}={GRADING_SEED} for the same hidden inputs)"
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _grading_session():
-    saved = {k: os.environ.get(k) for k in (SEED_ENV, CACHE_ENV)}
-    cache = tempfile.mkdtemp(prefix="dtlab-test-session-")
-    os.environ[SEED_ENV] = GRADING_SEED
-    os.environ[CACHE_ENV] = cache
-    yield cache
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
-    shutil.rmtree(cache, ignore_errors=True)
+def pytest_unconfigure(config):
+    if _OWN_CACHE:
+        shutil.rmtree(os.environ[CACHE_ENV], ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)

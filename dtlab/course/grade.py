@@ -183,19 +183,27 @@ def visible(test_source: str) -> str:
     return "\n".join(out)
 
 
-def try_answers(assignment: str, solution: str, answers: dict[str, str], *,
-                test: str | None = None, versions: tuple[str, ...] = ("hidden",),
-                source: str | None = None, isolate: bool = True, cpu_s: float = CPU_S,
-                timeout: float = TIMEOUT_S, limits=None) -> dict[str, dict[str, str]]:
-    """Each answer (the source of the solution cell ``solution``) against one test cell
-    (default ``<solution>_tests``), as the grader grades it: ``{version: {label: ""}}`` where
-    the test passes, else its error. ``versions``: ``"hidden"`` (the whole test cell) and/or
-    ``"visible"`` (as the learner's copy has it). One kernel and one grading session for all, so
-    hidden inputs made on the spot are made once. How to check that a test fails a realistic
-    wrong answer and a shortcut, and passes the honest one (tests/grading does it for every
-    exercise)::
+@dataclass(frozen=True)
+class Try:
+    """One answer to try against a test cell (:func:`try_answers`)."""
 
-        try_answers("02_bandwidth", "slow_pairs", {"mean, not median": src}, versions=("visible", "hidden"))
+    solution: str                         # the solution cell's grade_id
+    label: str                            # what the answer is: a realistic mistake, a shortcut
+    answer: str                           # the solution cell's source, as a learner hands it in
+    versions: tuple[str, ...] = ("hidden",)   # "hidden": the whole test cell; "visible": the learner's copy
+    test: str | None = None               # the test cell's grade_id (default <solution>_tests)
+
+
+def try_answers(assignment: str, tries: list[Try], *, source: str | None = None,
+                isolate: bool = True, cpu_s: float = CPU_S, timeout: float = TIMEOUT_S,
+                limits=None) -> dict[tuple[str, str], dict[str, str]]:
+    """Each answer against its test cell, as the grader grades it: ``{(solution, label):
+    {version: ""}}`` where the test passes, else its error. One kernel and one grading session
+    for all the tries of the assignment, so hidden inputs made on the spot are made once. How to
+    check that a test fails a realistic wrong answer and a shortcut, and passes the honest one
+    (tests/grading does it for every exercise)::
+
+        try_answers("02_bandwidth", [Try("slow_pairs", "mean, not median", src, ("visible", "hidden"))])
     """
     import nbformat
 
@@ -207,23 +215,26 @@ def try_answers(assignment: str, solution: str, answers: dict[str, str], *,
         raise CourseError(f"no sandbox: {why}")
     src = nbformat.read(source or os.path.join(notebooks_dir(), assignment + ".ipynb"),
                         as_version=4)
-    test = test or solution + "_tests"
-    test_cell = next(c for c in src.cells if _gid(c) == test)
-    code = {"hidden": test_cell.source, "visible": visible(test_cell.source)}
+    by_id = {_gid(c): c for c in src.cells if _gid(c)}
+    for t in tries:
+        for gid in (t.solution, t.test or t.solution + "_tests"):
+            if gid not in by_id:
+                raise CourseError(f"{assignment} has no cell {gid!r}")
     work = tempfile.mkdtemp(prefix="dtlab-try-")
     os.chmod(work, 0o700)
     cgroup = Cgroup.create(f"try-{os.getpid()}", limits.memory_bytes, limits.tasks)
     cells, runs = [], []
     try:
-        for i, (label, answer) in enumerate(answers.items()):
+        for i, t in enumerate(tries):
             nb = copy.deepcopy(src)
-            next(c for c in nb.cells if _gid(c) == solution).source = answer
+            next(c for c in nb.cells if _gid(c) == t.solution).source = t.answer
             path = os.path.join(work, f"context-{i}.json")
             _context(assignment, nb, src, work, isolate, cgroup, limits, cpu_s).save(path)
-            for version in versions:
+            test = by_id[t.test or t.solution + "_tests"].source
+            for version in t.versions:
                 cells.append(nbformat.v4.new_code_cell(f"import os\nos.environ[{ENV!r}] = {path!r}"))
-                cells.append(nbformat.v4.new_code_cell(code[version]))
-                runs.append((version, label))
+                cells.append(nbformat.v4.new_code_cell(test if version == "hidden" else visible(test)))
+                runs.append(((t.solution, t.label), version))
         session = {SEED_ENV: os.environ.get(SEED_ENV) or secrets.token_hex(8),
                    CACHE_ENV: os.environ.get(CACHE_ENV) or os.path.join(work, "session")}
         _run_tests(cells, work, timeout, context=None, env=session)
@@ -231,10 +242,11 @@ def try_answers(assignment: str, solution: str, answers: dict[str, str], *,
         if cgroup is not None:
             cgroup.remove()
         shutil.rmtree(work, ignore_errors=True)
-    out: dict[str, dict[str, str]] = {v: {} for v in versions}
-    for (version, label), cell in zip(runs, cells[1::2]):
+    out: dict[tuple[str, str], dict[str, str]] = {}
+    for (key, version), cell in zip(runs, cells[1::2]):
         errors = [o for o in cell.outputs if o.get("output_type") == "error"]
-        out[version][label] = f"{errors[0].get('ename')}: {errors[0].get('evalue')}" if errors else ""
+        out.setdefault(key, {})[version] = (f"{errors[0].get('ename')}: {errors[0].get('evalue')}"
+                                            if errors else "")
     return out
 
 

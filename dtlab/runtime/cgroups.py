@@ -199,12 +199,18 @@ class Cgroup:
     def remove(self) -> None:
         """Kill what is left and remove the group's directories."""
         self.kill()
+        # the last processes take a moment to leave after SIGKILL: on a loaded machine (one in
+        # the middle of an OOM kill, say) seconds; a group is never left behind for that
+        deadline = time.monotonic() + 60.0
         for d in self.dirs:
-            for _ in range(50):  # the last processes take a moment to leave after SIGKILL
+            while True:
                 try:
                     os.rmdir(d)
                     break
                 except FileNotFoundError:
                     break
                 except OSError:
-                    time.sleep(0.02)
+                    if time.monotonic() > deadline:
+                        break
+                    self.kill(timeout=0.5)
+                    time.sleep(0.05)

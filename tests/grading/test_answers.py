@@ -1,7 +1,8 @@
 """Tests of the tests: every exercise's test cell, run by the real grader
 (``dtlab.course.grade.try_answers``: the grader's kernel, the learner's code in sandboxes), fails
 a realistic wrong answer that its visible tests let through -- so the hidden tests are what
-catch it -- and fails every known shortcut (tests/grading/answers.py).
+catch it -- and fails every known shortcut (tests/grading/answers.py). One grader's kernel per
+notebook, for all of its exercises.
 
 The honest reference solutions pass in tests/grading/test_term.py (on a busy machine).
 """
@@ -9,7 +10,7 @@ The honest reference solutions pass in tests/grading/test_term.py (on a busy mac
 import pytest
 
 from answers import SHORTCUTS, WRONG
-from dtlab.course.grade import try_answers
+from dtlab.course.grade import Try, try_answers
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900),
               pytest.mark.sandbox]
@@ -17,17 +18,30 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900),
 # 01's shortcuts are handed in by a student of test_term.py (kai), graded there
 GRADED_IN_TERM = {("01_collectives", e) for e in ("check_all_gather", "ring_all_gather",
                                                   "composed_all_reduce")}
+NOTEBOOKS = sorted({aid for aid, _ in WRONG})
 
 
-@pytest.mark.parametrize("key", list(WRONG), ids=lambda k: f"{k[0]}/{k[1]}")
-def test_wrong_answers_pass_the_visible_tests_and_fail_the_hidden_ones(key, no_orphans):
-    wrong = {why: make() for why, make in WRONG[key]}
-    shortcuts = {} if key in GRADED_IN_TERM else {why: make() for why, make in SHORTCUTS.get(key, [])}
-    # one kernel, one grading session: hidden inputs made on the spot (08's runs) are made once
-    got = try_answers(*key, {**wrong, **shortcuts}, versions=("visible", "hidden"))
-    for why in wrong:
-        assert got["visible"][why] == "", f"{key}: {why!r} should pass the visible tests: " \
-                                          f"{got['visible'][why][:300]}"
-        assert got["hidden"][why], f"{key}: the realistic wrong answer {why!r} passed the hidden tests"
-    for why in shortcuts:
-        assert got["hidden"][why], f"{key}: the shortcut {why!r} passed"
+def test_every_exercise_has_a_realistic_wrong_answer():
+    assert set(SHORTCUTS) <= set(WRONG), set(SHORTCUTS) - set(WRONG)
+
+
+@pytest.mark.parametrize("aid", NOTEBOOKS)
+def test_wrong_answers_pass_the_visible_tests_and_fail_the_hidden_ones(aid, no_orphans):
+    wrong = [Try(e, why, make(), ("visible", "hidden")) for (a, e), w in WRONG.items() if a == aid
+             for why, make in w]
+    shortcuts = [Try(e, why, make()) for (a, e), s in SHORTCUTS.items()
+                 if a == aid and (a, e) not in GRADED_IN_TERM for why, make in s]
+    got = try_answers(aid, wrong + shortcuts)
+    for t in wrong:
+        said = got[(t.solution, t.label)]
+        assert said["visible"] == "", f"{aid}/{t.solution}: {t.label!r} should pass the visible " \
+                                      f"tests: {said['visible'][:300]}"
+        assert said["hidden"], f"{aid}/{t.solution}: the realistic wrong answer {t.label!r} passed " \
+                               f"the hidden tests"
+    for t in shortcuts:
+        said = got[(t.solution, t.label)]["hidden"]
+        assert said, f"{aid}/{t.solution}: the shortcut {t.label!r} passed"
+        if t.label.endswith("pasted in"):  # refused for what it is, before it runs
+            assert "which this exercise takes away" in said, said[:300]
+        if t.label.endswith("packed in"):
+            assert "characters of strings and comments" in said, said[:300]

@@ -9,7 +9,7 @@ import pytest
 
 from dtlab import cli
 from dtlab.course import grade as grade_mod
-from dtlab.course.grade import grade, restore, try_answers
+from dtlab.course.grade import Try, grade, restore, try_answers
 from dtlab.course.layout import CourseError
 from dtlab.runtime import sandbox
 
@@ -165,11 +165,15 @@ def test_without_a_sandbox_grading_refuses_unless_told_unsafe(course, monkeypatc
 
 def test_try_answers_runs_each_against_one_test_cell(course, no_orphans):
     tmp, src = course
-    got = try_answers("99_tiny", "answer", {"right": "def answer():\n    return 42\n",
-                                            "off by one": "def answer():\n    return 43\n"},
-                      source=src, versions=("visible", "hidden"))
-    for version in ("visible", "hidden"):
-        assert got[version]["right"] == "" and got[version]["off by one"].startswith("AssertionError")
+    both = ("visible", "hidden")
+    got = try_answers("99_tiny", [Try("answer", "right", "def answer():\n    return 42\n", both),
+                                  Try("answer", "off by one", "def answer():\n    return 43\n", both)],
+                      source=src)
+    for version in both:
+        assert got[("answer", "right")][version] == ""
+        assert got[("answer", "off by one")][version].startswith("AssertionError")
+    with pytest.raises(CourseError, match="no cell 'nope'"):
+        try_answers("99_tiny", [Try("nope", "x", "")], source=src)
 
 
 def test_visible_is_what_the_learners_copy_has():

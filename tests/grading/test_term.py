@@ -1,13 +1,15 @@
-"""A term: the whole course released; one student's honest work on all nine notebooks
-autograded while six busy loops oversubscribe the 2 cores; then a class of attackers graded side
-by side with honest students (``dtlab course autograde --jobs``); then feedback and the report.
+"""A term: the whole course released; a class of attackers graded beside honest students
+(``dtlab course autograde --jobs``) while, at the same time, one student's honest work on all nine
+notebooks is graded by a second autograde run and busy loops take what is left of the 2 cores;
+then feedback and the report.
 
 The class (tests/grading/students.py): hana answers right; ivo destroys what he can reach, forks
 without end, hoards memory and leaves detached children behind; jun spies on the grader and
 borrows the test's variables; kai hands in the weaker algorithms of 01; lou hands in wrong answers
 and tampers with the tests; zed uploads a broken file. What must hold:
 
-* the honest work scores full on every notebook on the busy machine (limits count CPU time);
+* the honest work scores full on every notebook on the oversubscribed machine (limits count CPU
+  time), with a fork bomb and an allocation bomb being graded beside it;
 * every attacked exercise scores 0, and every other exercise scores as the honest work does;
 * nothing of anyone else's is touched: the inbox, the course root, the gradebook;
 * no process survives (children in sessions of their own, re-parented away, included), and no
@@ -34,7 +36,9 @@ from students import CLASS, COURSE, CORRUPT, MARKER, ZEROS, write_class
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800),
               pytest.mark.sandbox]
-BUSY = 6  # busy loops on a 2-core machine: every core oversubscribed 4 times over
+# busy loops beside the two gradings: with them, every core is oversubscribed 3 times over or more
+# (the test asserts the load it got, as the grading issue's "6 busy loops on 2 cores")
+BUSY = 4
 
 
 def _digest(folder: str) -> dict[str, str]:
@@ -46,9 +50,10 @@ def _digest(folder: str) -> dict[str, str]:
     return out
 
 
-def _busy_loops(n):
-    return [subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
-            for _ in range(n)]
+def _autograde(root, inbox, db, jobs):
+    return subprocess.Popen([sys.executable, "-m", "dtlab", "course", "autograde", inbox,
+                             "--root", root, "--db", db, "--jobs", str(jobs)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 @pytest.fixture(scope="module")
@@ -59,45 +64,51 @@ def released(tmp_path_factory):
                            released=course.release(out=handout, root=root))
 
 
-def _autograde(t, inbox, db, jobs, busy=0):
-    loops = _busy_loops(busy)
-    started = time.monotonic()
-    try:
-        p = subprocess.run([sys.executable, "-m", "dtlab", "course", "autograde", inbox,
-                            "--root", t.root, "--db", db, "--jobs", str(jobs)],
-                           capture_output=True, text=True, timeout=1500)
-        load = os.getloadavg()[0]
-    finally:
-        for b in loops:
-            b.kill()
-            b.wait()
-    return SimpleNamespace(out=p.stdout, err=p.stderr, code=p.returncode, load=load,
-                           wall_s=time.monotonic() - started)
-
-
 @pytest.fixture(scope="module")
-def busy(released):
-    """hana's nine notebooks, graded with BUSY busy loops beside the grader."""
-    inbox = str(released.base / "busy-inbox")
-    papers = write_class(inbox, released.root, {"hana": {a: None for a in COURSE}}, corrupt=False)
-    db = "sqlite:///" + str(released.base / "busy.db")
-    run = _autograde(released, inbox, db, jobs=4, busy=BUSY)
-    print(f"nine notebooks, {BUSY} busy loops beside the grader: {run.wall_s:.0f} s, load {run.load:.1f}")
-    return SimpleNamespace(**vars(released), **vars(run), db=db, papers=papers)
-
-
-@pytest.fixture(scope="module")
-def term(released):
-    """The class, graded side by side."""
+def graded(released):
+    """Both gradings at once, beside BUSY busy loops: the class (``--jobs 2``) in the course
+    root, and hana's nine notebooks (``--jobs 4``) in a course root of their own."""
     t = SimpleNamespace(**vars(released), inbox=str(released.base / "inbox"),
                         db="sqlite:///" + str(released.base / "grades.db"))
     t.papers = write_class(t.inbox, t.root)
     t.inbox_before = _digest(t.inbox)
     t.source_before = _digest(os.path.join(t.root, "source"))
-    run = _autograde(t, t.inbox, t.db, jobs=2)
-    t.out, t.err, t.code, t.wall_s = run.out, run.err, run.code, run.wall_s
-    print(f"the class: {t.wall_s:.0f} s")
+    nine = SimpleNamespace(root=str(released.base / "nine-course"), inbox=str(released.base / "nine-inbox"),
+                           db="sqlite:///" + str(released.base / "nine.db"))
+    course.release(out=str(released.base / "nine-handout"), root=nine.root)
+    nine.papers = write_class(nine.inbox, nine.root, {"hana": {a: None for a in COURSE}}, corrupt=False)
+    loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+             for _ in range(BUSY)]
+    started, loads = time.monotonic(), []
+    try:
+        runs = [_autograde(t.root, t.inbox, t.db, jobs=2), _autograde(nine.root, nine.inbox, nine.db, jobs=4)]
+        while any(p.poll() is None for p in runs) and time.monotonic() - started < 1500:
+            time.sleep(5)
+            if time.monotonic() - started > 60:  # the 1-minute load average, once it means this run
+                loads.append(os.getloadavg()[0])
+        said = [p.communicate(timeout=60) for p in runs]
+    finally:
+        for p in loops:
+            p.kill()
+            p.wait()
+    t.wall_s = time.monotonic() - started
+    (t.out, t.err), t.code = said[0], runs[0].returncode
+    (nine.out, nine.err), nine.code = said[1], runs[1].returncode
+    nine.load = sorted(loads)[len(loads) // 2] if loads else 0.0
+    print(f"the class and the nine notebooks side by side, {BUSY} busy loops: {t.wall_s:.0f} s, "
+          f"median load {nine.load:.1f}")
+    t.nine = nine
     return t
+
+
+@pytest.fixture(scope="module")
+def busy(graded):
+    return graded.nine
+
+
+@pytest.fixture(scope="module")
+def term(graded):
+    return graded
 
 
 def scores(t):
@@ -106,7 +117,7 @@ def scores(t):
 
 
 def test_honest_work_scores_full_on_a_busy_machine(busy):
-    assert busy.load > 4, f"the machine was not busy (load {busy.load})"  # the test's premise
+    assert busy.load >= 6, f"the machine was not busy (load {busy.load})"  # the premise: 3x
     assert busy.code == 0, busy.out + busy.err
     df, by = scores(busy)
     for aid in COURSE:
@@ -153,7 +164,10 @@ def test_no_process_and_no_cgroup_survives(term):
     left = [p.pid for p in psutil.process_iter(["cmdline"]) if MARKER in " ".join(p.info["cmdline"] or [])]
     assert not left, f"attackers' processes still alive: {left}"
     assert_no_descendants()
-    assert not glob.glob("/sys/fs/cgroup/*/dtlab/grade-*") + glob.glob("/sys/fs/cgroup/*/*/*/dtlab/grade-*")
+    # a grading's cgroup is named after the process that made it: none may outlive its maker
+    made = glob.glob("/sys/fs/cgroup/*/dtlab/grade-*") + glob.glob("/sys/fs/cgroup/*/*/*/dtlab/grade-*")
+    left = [d for d in made if not psutil.pid_exists(int(d.rsplit("-", 1)[1]))]
+    assert not left, f"cgroups left behind: {left}"
     assert not glob.glob(os.path.join(term.root, "graded", ".session-*"))  # the session's runs
 
 

@@ -71,8 +71,9 @@ def test_killed_parent_leaves_no_rank_no_grandchild_no_folder(tmp_path, sig, poo
     finally:
         parent.kill()
         parent.wait()
-        for p in psutil.process_iter(["cmdline"]):  # the reaper, if the test failed early
-            if "dtlab.runtime.reaper" in " ".join(p.info["cmdline"] or []):
+        for p in psutil.process_iter(["cmdline"]):  # its reaper, if the test failed early
+            cmd = " ".join(p.info["cmdline"] or [])
+            if "reaper" in cmd and str(tmp_path) in cmd:
                 p.kill()
 
 
