@@ -199,7 +199,7 @@ def record_failure(e: BaseException, to_file: bool = True) -> str:
     if path:
         now = time.time_ns()
         summary = (f"fn called sys.exit({e.code!r})" if isinstance(e, SystemExit)
-                   else f"{type(e).__name__}: {e}")
+                   else f"{type(e).__name__}: {e}" if str(e) else type(e).__name__)
         data = {"message": {
             "message": summary,
             "extraInfo": {"py_callstack": text, "timestamp": str(now // 10**9),

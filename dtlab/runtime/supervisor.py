@@ -64,7 +64,9 @@ def exit_failure(rank: int, code: int | None, when: float, error_file: str, stde
     """Turn one rank's exit into a :class:`Failure`, from its error file if it wrote one."""
     from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
 
-    if code not in (None, 0) and os.path.isfile(error_file):
+    # the error file, also for a rank that exited 0 without a result: sys.exit(256) exits with
+    # status 0 (a status is one byte), yet it was no success
+    if (code not in (None, 0) or (code == 0 and not got_result)) and os.path.isfile(error_file):
         pf = ProcessFailure(local_rank=rank, pid=0, exitcode=code, error_file=error_file)
         msg = pf.error_file_data.get("message", {})
         extra = msg.get("extraInfo", {}) if isinstance(msg, dict) else {}
@@ -72,6 +74,8 @@ def exit_failure(rank: int, code: int | None, when: float, error_file: str, stde
         summary = msg.get("message", str(pf.message)) if isinstance(msg, dict) else str(msg)
         detail = extra.get("py_callstack", summary)
         if extra.get("exc_type") == "SystemExit":  # a traceback alone would read "SystemExit: 3"
+            if code == 0:
+                summary += " (its exit status is 0: a status keeps only the low 8 bits)"
             return Failure(rank, "sys_exit", code, summary, f"{summary}, here:\n{detail}", t)
         return Failure(rank, "exception", code, summary, detail, t)
     tail = "\n".join(stderr.rstrip().splitlines()[-25:])

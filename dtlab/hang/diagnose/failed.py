@@ -12,7 +12,7 @@ from __future__ import annotations
 from ...divergence import vote
 from ...vocab import exit_summary
 from . import signals as S
-from .notes import TELLS, clip, ended, exception_finding, ranks_word, undecided
+from .notes import TELLS, clip, ended, exception_finding, exception_text, ranks_word, undecided
 
 
 def oom(v):
@@ -39,7 +39,8 @@ def exception(v):
     """A plain Python exception on some rank (not one that reports a lost peer, a timeout or
     a mismatch the collective library caught): the ranks that raised it are the culprits."""
     f = v.f
-    primary = [s for s in f.of("exception") if S.is_primary(s)]
+    # a rank dtlab or the launcher stopped (a pool's interrupt: KeyboardInterrupt) did not fail
+    primary = [s for s in f.of("exception") if S.is_primary(s) and s.rank not in f.stopped]
     if not primary:
         return None
     ranks = sorted({s.rank for s in primary})
@@ -49,7 +50,7 @@ def exception(v):
         v.note(s.path, "exception", exception_finding(s))
     kinds = {(s.data["type"], s.data["message"]) for s in first.values()}
     s0 = first[ranks[0]]
-    what = f"{s0.data['type']}: {clip(s0.data['message'], 120)}" + (
+    what = exception_text(s0.data, 120) + (
         f" at {s0.data['site']}" if s0.data.get("site") else "")
     others = [r for r in f.ranks if r not in ranks]
     seq, op = v.stuck_seq(exclude=ranks)
@@ -100,8 +101,11 @@ def died(v):
         if code is None or r in f.stopped:
             continue
         if code == 0:
-            if r not in f.returned:
-                dead[r] = "exit code 0 before its function returned: a sys.exit(0) or os._exit(0) in it?"
+            if r in f.returned:
+                continue
+            dead[r] = (how_it_ended(r, code) + " (an exit status keeps only the low 8 bits)"
+                       if exits(r) else
+                       "exit code 0 before its function returned: a sys.exit(0) or os._exit(0) in it?")
         elif not own_failure_elsewhere(r):
             dead[r] = how_it_ended(r, code)
     for r, code in sorted(f.reported_exits.items()):
@@ -118,12 +122,18 @@ def died(v):
     if seq and set(f.traces) - set(ranks):
         v.note(f.trace_files.get(min(set(f.traces) - set(ranks)), "traces"), f.trace_source,
                f"the other ranks' last collective: #{seq} ({op})")
+    others = [r for r in f.ranks if r not in ranks]
+    by_exit = all(exits(r) for r in ranks)  # ended themselves: no machine to blame
     return v.done("rank_died", ranks, seq, op,
-                  f"{ranks_word(ranks).capitalize()} died ({'; '.join(dead[r] for r in ranks)}) "
-                  f"while the others" + (f" waited{v.where(seq, op)}" if seq or op else " ran on")
-                  + ", which can never complete without it. Look at that rank's own output and "
-                    "the machine's logs (dmesg: the OOM killer, a node failure), not at the "
-                    "ranks that reported the hang.", root=ranks)
+                  f"{ranks_word(ranks).capitalize()} "
+                  + ("ended" if by_exit else "died") + f" ({'; '.join(dead[r] for r in ranks)})"
+                  + ((" while the others" + (f" waited{v.where(seq, op)}" if seq or op else " ran on")
+                      + ", which can never complete without it") if others else "")
+                  + (". Find why the program calls sys.exit there; the other ranks' errors are "
+                     "consequences." if by_exit else
+                     ". Look at that rank's own output and the machine's logs (dmesg: the OOM "
+                     "killer, a node failure), not at the ranks that reported the hang."),
+                  root=ranks)
 
 
 def left_early(v):

@@ -60,8 +60,15 @@ def add_context(f, note, evidence: list, most: int = 10) -> None:
             note("console", "launcher", clip(line, 160))
 
 
+def exception_text(data: dict, most: int = 120) -> str:
+    """An exception signal's ``Type: message`` as Python prints it, the bare type when the
+    message is empty, and the cause of a chained exception after it."""
+    text = f"{data['type']}: {clip(data['message'], most)}" if data.get("message") else data["type"]
+    return text + (f" (raised from {clip(data['cause'], 60)})" if data.get("cause") else "")
+
+
 def exception_finding(s) -> str:
-    return (f"rank {s.rank}: {s.data['type']}: {clip(s.data['message'], 110)}"
+    return (f"rank {s.rank}: {exception_text(s.data, 110)}"
             + (f" (at {s.data['site']})" if s.data.get("site") else ""))
 
 

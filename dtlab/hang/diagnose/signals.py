@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from ...runtime.stacks import is_library, main_thread, parse_threads
 from ...vocab import OPS, op_name
+from .notes import exception_text
 
 _PREFIX = re.compile(r"^\[(?:rank ?(\d+)(?: [^\]]*)?|default(\d+))\]:? ?")
 
@@ -65,7 +66,12 @@ STEP = re.compile(r"\[dtlab-step\] rank=(\d+) step=(\d+) phase=(\w+)(?: \w+=\S+)
 DTLAB_FAILURE = re.compile(r"^----- rank (\d+) \[([^\]]*)\] (?:killed by (SIG\w+)|exit code (-?\d+))")
 NCCL_ERROR = re.compile(r"NCCL error|ncclInvalidUsage|ncclSystemError|ncclInternalError|"
                         r"ncclRemoteError|ncclUnhandledCudaError")
-EXC_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit)): (.*)$")
+# the line that ends a traceback: "Type: message", or the bare type when the message is empty
+# (``raise NotImplementedError()``, a bare ``assert``); any class name, not only *Error
+EXC_LINE = re.compile(r"^([A-Za-z_][\w.]*)(?:: (.*))?$")
+# between the tracebacks of a chain: the earlier exception is the cause, not what was raised
+CHAINED = ("During handling of the above exception, another exception occurred:",
+           "The above exception was the direct cause of the following exception:")
 TB_FRAME = re.compile(r'^\s*File "(.+)", line (\d+), in (.+)$')
 # an exception that reports what the collective library saw, not the rank's own bug: a peer
 # that went away (the runtime's errors.py marks the same messages secondary), a timeout, a
@@ -77,7 +83,8 @@ CONSEQUENCE = re.compile(
     r"failed to pass monitoredBarrier|Watchdog|NCCL error|nccl\w*Error|"
     r"op\.preamble\.length|doesn't match expected size", re.IGNORECASE)
 # not a rank's own failure: the launcher's, a requested stop, or torch.distributed's own errors
-_NOT_PRIMARY_TYPES = re.compile(r"(?:^|\.)(?:SystemExit|KeyboardInterrupt|SignalException|"
+# (a KeyboardInterrupt is a rank's own unless dtlab sent it: failed.exception skips stopped ranks)
+_NOT_PRIMARY_TYPES = re.compile(r"(?:^|\.)(?:SystemExit|SignalException|"
                                 r"ChildFailedError|Dist\w*Error)$")
 
 
@@ -135,23 +142,36 @@ def _signum(name: str) -> int:
 
 
 def tracebacks(lines: list[str], rank: int | None, path: str) -> list[Signal]:
-    """Python tracebacks: the exception and the innermost user frame it came through."""
+    """Python tracebacks: the exception and the innermost user frame it came through. Of a
+    chain (``raise ... from``, or an exception while handling another) only the exception that
+    was finally raised counts; its ``cause`` is the one before it."""
     out = []
     frames: list[tuple[str, int, str]] = []
-    inside = False
+    inside, cause = False, None
     for line in lines:
         if line.startswith("Traceback (most recent call last):"):
             inside, frames = True, []
             continue
+        if line.strip() in CHAINED and out and out[-1].data.get("open"):
+            cause = out.pop()  # superseded by the exception whose traceback follows
+            continue
+        if out and out[-1].data.get("open") and line.strip():
+            out[-1].data.pop("open")  # the chain ends: whatever follows is other output
         if not inside:
             continue
         if m := TB_FRAME.match(line):
             frames.append((m[3], m[1], int(m[2])))  # (func, file, line) like parse_threads
-        elif m := EXC_LINE.match(line.strip()):
+        elif line[:1].strip() and (m := EXC_LINE.match(line.rstrip())):
+            # the first unindented line after the frames (code lines and ^^^ markers are indented)
             out.append(Signal("exception", rank, path, line.strip(), {
-                "type": m[1], "message": m[2], "site": _user_site(reversed(frames)),
-                "dist_op": _dist_op(reversed(frames))}))
-            inside = False
+                "type": m[1], "message": m[2] or "", "site": _user_site(reversed(frames)),
+                "dist_op": _dist_op(reversed(frames)), "open": True,
+                "cause": exception_text(cause.data) if cause else None}))
+            inside, cause = False, None
+        elif line[:1].strip():
+            inside = False  # not a traceback after all (other output interleaved)
+    for sig in out:
+        sig.data.pop("open", None)
     return out
 
 
