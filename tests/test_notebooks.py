@@ -4,6 +4,7 @@ is committed with outputs."""
 
 import glob
 import os
+import re
 import shutil
 import tempfile
 
@@ -15,6 +16,11 @@ from conftest import assert_no_descendants
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOTEBOOKS = sorted(glob.glob(os.path.join(ROOT, "notebooks", "*.ipynb")))
+
+
+# a cell that calls one of these at its top level (not under an `if GPUS >= 2:`) promises a
+# picture, and must show one
+PICTURE = re.compile(r"^(?![\s#]).*\b(?:draw|plot|plot_\w+|heatmap)\(", re.MULTILINE)
 
 
 def test_there_are_notebooks():
@@ -73,10 +79,17 @@ def test_notebook_runs_headless(path, monkeypatch):
         if cell.cell_type != "code":
             continue
         errors = [o for o in cell.outputs if o.output_type == "error"]
-        if "raises-exception" in cell.metadata.get("tags", []):
+        test = cell.metadata.get("nbgrader", {}).get("grade")
+        if "raises-exception" in cell.metadata.get("tags", []) and not test:
             assert errors, f"cell {cell.id} is tagged raises-exception but raised nothing"
-        else:
+        else:  # a test cell is tagged too (Run All goes past an unsolved exercise): solved, it passes
             assert not errors, f"cell {cell.id}: {errors[0].ename}: {errors[0].evalue}"
+        if test:
+            assert "raises-exception" in cell.metadata.get("tags", []), \
+                f"test cell {cell.id} is not tagged raises-exception: Run All would stop there"
+        if PICTURE.search(cell.source):
+            assert any("image/png" in o.get("data", {}) for o in cell.outputs), \
+                f"cell {cell.id} draws a picture but shows none: {cell.source[:80]!r}"
     assert_no_descendants()
     if os.path.basename(path) == "00_launch.ipynb":
         text = text_of(nb)

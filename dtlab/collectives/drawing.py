@@ -6,13 +6,15 @@ the collective defines. Colours follow the rank the data came from; grey is a re
 
 >>> import matplotlib; matplotlib.use("Agg")
 >>> fig = draw("all_to_all", 3)
->>> type(fig).__name__, len(fig.axes)
-('Figure', 2)
+>>> type(fig).__name__, len(fig.axes), fig._repr_png_()[:4]
+('Diagram', 2, b'\x89PNG')
 >>> movement("reduce_scatter", 2)
 ([['A0', 'A1'], ['B0', 'B1']], [['Σ0', ''], ['', 'Σ1']])
 """
 
 from __future__ import annotations
+
+import functools
 
 from .validation import check_op
 
@@ -60,10 +62,28 @@ def movement(op: str, n: int) -> tuple[list[list[str]], list[list[str]]]:
     return own, [[L[(r - 1) % n], L[(r + 1) % n]] + [""] * (n - 2) for r in idx]
 
 
-def draw(op: str, world_size: int):
-    """A matplotlib Figure (no pyplot, so safe under Agg and in a server): ``op`` before and
-    after on ``world_size`` ranks, one row per rank."""
+@functools.cache
+def _diagram_class():  # made on first use: importing matplotlib costs a rank that never draws
     from matplotlib.figure import Figure
+
+    class Diagram(Figure):
+        """A Figure that shows itself as a picture when a notebook cell returns it (a Figure
+        made without pyplot has no display of its own: the cell would print its repr)."""
+
+        def _repr_png_(self) -> bytes:
+            import io
+
+            buf = io.BytesIO()
+            self.savefig(buf, format="png", bbox_inches="tight")
+            return buf.getvalue()
+
+    return Diagram
+
+
+def draw(op: str, world_size: int):
+    """A matplotlib Figure (no pyplot, so safe under Agg and in a server) that a notebook shows
+    as a picture: ``op`` before and after on ``world_size`` ranks, one row per rank."""
+    Figure = _diagram_class()  # noqa: N806 (a class)
 
     if world_size < 1 or world_size > 16:
         raise ValueError(f"world_size={world_size}: draw 1 to 16 ranks.")
