@@ -50,6 +50,10 @@ def _digest(folder: str) -> dict[str, str]:
     return out
 
 
+def _cgroups() -> list[str]:
+    return glob.glob("/sys/fs/cgroup/*/dtlab/grade-*") + glob.glob("/sys/fs/cgroup/*/*/*/dtlab/grade-*")
+
+
 def _autograde(root, inbox, db, jobs):
     return subprocess.Popen([sys.executable, "-m", "dtlab", "course", "autograde", inbox,
                              "--root", root, "--db", db, "--jobs", str(jobs)],
@@ -71,6 +75,7 @@ def graded(released):
     t = SimpleNamespace(**vars(released), inbox=str(released.base / "inbox"),
                         db="sqlite:///" + str(released.base / "grades.db"))
     t.papers = write_class(t.inbox, t.root)
+    t.cgroups_before = set(_cgroups())  # another run's, if one was killed: not this term's
     t.inbox_before = _digest(t.inbox)
     t.source_before = _digest(os.path.join(t.root, "source"))
     nine = SimpleNamespace(root=str(released.base / "nine-course"), inbox=str(released.base / "nine-inbox"),
@@ -165,8 +170,7 @@ def test_no_process_and_no_cgroup_survives(term):
     assert not left, f"attackers' processes still alive: {left}"
     assert_no_descendants()
     # a grading's cgroup is named after the process that made it: none may outlive its maker
-    made = glob.glob("/sys/fs/cgroup/*/dtlab/grade-*") + glob.glob("/sys/fs/cgroup/*/*/*/dtlab/grade-*")
-    left = [d for d in made if not psutil.pid_exists(int(d.rsplit("-", 1)[1]))]
+    left = [d for d in set(_cgroups()) - term.cgroups_before if not psutil.pid_exists(int(d.rsplit("-", 1)[1]))]
     assert not left, f"cgroups left behind: {left}"
     assert not glob.glob(os.path.join(term.root, "graded", ".session-*"))  # the session's runs
 
