@@ -39,19 +39,25 @@ def C(exercise_key, old, new):  # noqa: N802 (a table's short form)
     return changed(*exercise_key, old, new)
 
 
-def pasted(module_file: str, answer: str) -> str:
-    """A library module's code (docstrings out, so that no payload limit trips) pasted above an
-    answer that calls into it: what a student who has dtlab installed can hand in."""
+def code_of(path: str) -> str:
+    """A module's code without its docstrings and comments: what a paste that dodges the
+    payload limit of dtlab.course.provenance looks like."""
     import ast
 
-    tree = ast.parse(open(os.path.join(ROOT, "dtlab", module_file)).read())
+    tree = ast.parse(open(path).read())
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
         if isinstance(body, list) and body and isinstance(body[0], ast.Expr) \
                 and isinstance(getattr(body[0], "value", None), ast.Constant) \
                 and isinstance(body[0].value.value, str):
             body[0] = ast.Pass()
-    return ast.unparse(tree) + "\n\n" + answer
+    return ast.unparse(tree)
+
+
+def pasted(module_file: str, answer: str) -> str:
+    """A library module's code (:func:`code_of`) pasted above an answer that calls into it:
+    what a student who has dtlab installed can hand in."""
+    return code_of(os.path.join(ROOT, "dtlab", module_file)) + "\n\n" + answer
 
 
 def packed(module_files: list[str], answer: str) -> str:

@@ -11,6 +11,7 @@ import zlib
 import nbformat
 import pytest
 
+from answers import code_of
 from dtlab.course import provenance
 from dtlab.course.provenance import borrowed
 
@@ -63,18 +64,6 @@ def test_the_reference_solution_is_its_own_work(nb, name, reference, without):
     assert borrowed(reference, without) is None
 
 
-def _code_of(path: str) -> str:
-    """A module's code without its docstrings and comments (what a paste that dodges the
-    payload limit looks like)."""
-    tree = ast.parse(open(path).read())
-    for node in ast.walk(tree):
-        body = getattr(node, "body", None)
-        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) \
-                and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
-            body[0] = ast.Pass()
-    return ast.unparse(tree)
-
-
 class _Rename(ast.NodeTransformer):
     def visit_Name(self, node):
         node.id = "x_" + node.id
@@ -95,19 +84,19 @@ DIAGNOSE = os.path.join(ROOT, "dtlab", "hang", "diagnose", "failed.py")
 
 
 def test_a_pasted_module_is_refused_and_named():
-    why = borrowed(_code_of(FIT) + "\n\ndef fit_alpha_beta(sizes, times_us):\n    return 1.0, 2.0\n",
+    why = borrowed(code_of(FIT) + "\n\ndef fit_alpha_beta(sizes, times_us):\n    return 1.0, 2.0\n",
                    ("dtlab.bench",))
     assert why and "bench/fit.py" in why and "takes away" in why
 
 
 def test_renamed_and_padded_copies_are_refused():
-    renamed = ast.unparse(_Rename().visit(ast.parse(_code_of(DIAGNOSE))))
+    renamed = ast.unparse(_Rename().visit(ast.parse(code_of(DIAGNOSE))))
     assert borrowed(renamed, ("dtlab.hang",)), "renaming every name hides nothing"
     # as much code of one's own as copied: the copy still counts
     own = "\n".join(f"def helper_{i}(values, k={i}):\n    total = 0\n    for v in values:\n"
                     f"        if v > k:\n            total += v * {i} - k\n    return total\n"
                     for i in range(60))
-    assert borrowed(own + "\n" + _code_of(DIAGNOSE), ("dtlab.hang",))
+    assert borrowed(own + "\n" + code_of(DIAGNOSE), ("dtlab.hang",))
     assert borrowed(own, ("dtlab.hang",)) is None  # the padding alone is the learner's
 
 
