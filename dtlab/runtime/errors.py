@@ -140,13 +140,18 @@ class HangError(_ShortTraceback, TimeoutError):
     passed (py-spy when it can attach, else a faulthandler dump; ``method`` says which);
     ``snapshot`` holds stacks taken earlier, when the ranks first went quiet (if asked for);
     ``finished`` the ranks that had returned; ``diagnosis`` and ``evidence_dir`` are set when a
-    post-mortem ran; ``results`` holds each rank's output so far.
+    post-mortem ran; ``results`` holds each rank's output so far. ``phase`` is "run" when the
+    timeout passed in the user's code, "start" when ranks never got there (``start_timeout``;
+    ``late`` names them).
     """
 
     def __init__(self, timeout: float, stacks: dict[int, str], results: "Results | None" = None,
                  method: str = "", where: str = "dtlab.run", finished: list[int] | None = None,
-                 snapshot: dict[int, str] | None = None):
+                 snapshot: dict[int, str] | None = None, phase: str = "run",
+                 late: list[int] | None = None):
         self.timeout = timeout
+        self.phase = phase
+        self.late = late if late is not None else sorted(stacks) if phase == "start" else []
         self.stacks = stacks
         self.results = results
         self.method = method
@@ -158,9 +163,14 @@ class HangError(_ShortTraceback, TimeoutError):
 
     def _format(self, where: str) -> str:
         live = sorted(self.stacks)
+        if self.phase == "start":
+            head = (f"{where}: rank(s) {', '.join(map(str, self.late))} did not reach fn within "
+                    f"start_timeout={self.timeout:g} s of launch (start-up: a fresh interpreter, "
+                    f"imports, joining the process group)")
+        else:
+            head = f"{where}: timed out after {self.timeout:g} s with rank(s) {', '.join(map(str, live))} still running"
         lines = [
-            f"{where}: timed out after {self.timeout:g} s with rank(s) "
-            f"{', '.join(map(str, live))} still running"
+            head
             + (f" (rank(s) {', '.join(map(str, self.finished))} had finished)" if self.finished else "")
             + f"; all ranks were stopped. Stacks at the timeout ({self.method or 'unavailable'}):"
         ]
@@ -169,5 +179,6 @@ class HangError(_ShortTraceback, TimeoutError):
         for rank in live:
             where_line = innermost_user_frame(self.stacks[rank])
             lines.append(f"  rank {rank}: {where_line or 'no Python frame captured'}")
-        lines.append("Full stacks: err.stacks[rank]. If the work is just slow, raise timeout=.")
+        lines.append("Full stacks: err.stacks[rank]. If the work is just slow, raise "
+                     + ("start_timeout=." if self.phase == "start" else "timeout=."))
         return "\n".join(lines)

@@ -22,14 +22,16 @@ import time
 import cloudpickle
 
 from . import output, plan as _plan
+from .plan import START_TIMEOUT
 from .errors import Failure, HangError, RankError
 from .payload import pack_call, parent_context
+from .rankside import entered_path
 from .results import RankResult, Results
 from .supervisor import FAILED, FAILURE_GRACE, OK, RUNNING, Supervisor, exit_failure
 
 
 def run(fn, *args, nprocs: int | None = None, backend: str = "auto", timeout: float | None = 300,
-        env: dict | None = None, **kwargs) -> Results:
+        env: dict | None = None, start_timeout: float | None = START_TIMEOUT, **kwargs) -> Results:
     """Run ``fn(*args, **kwargs)`` on ``nprocs`` fresh ranks with the process group initialized.
 
     Each rank is a new Python process (never a fork of the caller) with RANK, LOCAL_RANK,
@@ -45,19 +47,26 @@ def run(fn, *args, nprocs: int | None = None, backend: str = "auto", timeout: fl
     >>> dtlab.run(total, 10, nprocs=2, backend="gloo").values   # doctest: +SKIP
     [21, 21]
 
+    ``timeout`` bounds ``fn`` itself: it counts from the moment every rank is inside ``fn``, so
+    a slow ``import torch`` on a busy machine never eats into it. Start-up (a fresh interpreter,
+    imports, joining the process group) has its own bound, ``start_timeout``.
+
     Raises :class:`dtlab.RankError` if any rank fails (every failing rank's traceback, root cause
-    first), :class:`dtlab.HangError` if ``timeout`` seconds pass (with every live rank's stack
-    and, when it can name one, a ``.diagnosis``), :class:`dtlab.LaunchError` for bad input,
-    before anything starts. Whatever happens, no rank process outlives the call.
+    first), :class:`dtlab.HangError` if either bound passes (with every live rank's stack, its
+    ``phase`` -- "start" or "run" -- and, when it can name one, a ``.diagnosis``),
+    :class:`dtlab.LaunchError` for bad input, before anything starts. Whatever happens, no rank
+    process outlives the call.
     """
-    return launch(fn, args, kwargs, nprocs=nprocs, backend=backend, timeout=timeout, env=env)
+    return launch(fn, args, kwargs, nprocs=nprocs, backend=backend, timeout=timeout, env=env,
+                  start_timeout=start_timeout)
 
 
 def launch(fn, args: tuple = (), kwargs: dict | None = None, *, nprocs: int | None = None,
            backend: str = "auto", timeout: float | None = 300, env: dict | None = None,
            snapshot_quiet: float | None = None, evidence_dir: str | None = None,
            meta: dict | None = None, failure_grace: float = FAILURE_GRACE,
-           pg_timeout: float | None = None) -> Results:
+           pg_timeout: float | None = None, start_timeout: float | None = START_TIMEOUT
+           ) -> Results:
     """:func:`run` with the post-mortem knobs that tools such as :mod:`dtlab.hang` need.
 
     ``snapshot_quiet``: once every live rank has been silent that many seconds (a hang
@@ -66,28 +75,33 @@ def launch(fn, args: tuple = (), kwargs: dict | None = None, *, nprocs: int | No
     there (see :mod:`dtlab.runtime.evidence`); ``meta`` goes into its ``run.json``.
     ``failure_grace``: after the first rank fails, how long the others get to fail on their own
     (and dump their evidence) before they are stopped. ``pg_timeout``: the collective timeout
-    every rank's ``init_process_group`` gets (torch's default when None).
+    every rank's ``init_process_group`` gets (torch's default when None). ``timeout`` and
+    ``start_timeout`` as in :func:`run`.
     """
     kwargs = kwargs or {}
     plan = _plan.resolve(nprocs, backend, env, pg_timeout)
     timeout = _plan.check_timeout(timeout)
+    start_timeout = _plan.check_timeout(start_timeout, "start_timeout")
     call = pack_call(fn, args, kwargs)
     context = cloudpickle.dumps(parent_context(fn, *args, *kwargs.values()))
     if plan.note:
         print(plan.note, file=sys.stderr)
-    sup = Supervisor(plan, "oneshot", store_timeout=timeout)
+    sup = Supervisor(plan, "oneshot", store_timeout=max(timeout or 0, start_timeout or 0) or None)
     try:
         for name, blob in (("call.pkl", call), ("context.pkl", context)):
             with open(os.path.join(sup.run_dir, name), "wb") as f:
                 f.write(blob)
         t0 = time.monotonic()
-        outcome, stopped, pump = _watch(sup, timeout, snapshot_quiet, failure_grace)
+        outcome, stopped, pump = _watch(sup, timeout, start_timeout, snapshot_quiet, failure_grace)
         pump.pump()
         pump.close()
         results, bad = _collect(sup, time.monotonic() - t0)
-        err = _conclude(sup, outcome, stopped, results, bad, timeout)
+        err = _conclude(sup, outcome, stopped, results, bad,
+                        timeout if sup.phase == "run" else start_timeout)
         if err is not None or evidence_dir is not None:
-            facts = {"timeout_s": timeout, "stopped_by_dtlab": stopped, "wall_s": results.wall_s,
+            facts = {"timeout_s": timeout, "start_timeout_s": start_timeout, "phase": sup.phase,
+                     "late_ranks": sup.late,
+                     "stopped_by_dtlab": stopped, "wall_s": results.wall_s,
                      "outcome": outcome if err is not None else "ok",
                      "error": type(err).__name__ if err else None, **(meta or {})}
             out = sup.write_evidence(results, facts, evidence_dir, err)
@@ -101,7 +115,7 @@ def launch(fn, args: tuple = (), kwargs: dict | None = None, *, nprocs: int | No
         sup.close()
 
 
-def _watch(sup: Supervisor, timeout, snapshot_quiet, failure_grace):
+def _watch(sup: Supervisor, timeout, start_timeout, snapshot_quiet, failure_grace):
     """Start the ranks and wait; returns (outcome, ranks dtlab stopped, the output pump)."""
     procs = sup.procs
 
@@ -115,7 +129,9 @@ def _watch(sup: Supervisor, timeout, snapshot_quiet, failure_grace):
         sup.start()
         pump = output.OutputPump(sup.files, output.choose_sink(), sup.plan.labels())
         outcome = sup.wait(list(range(sup.plan.nprocs)), progress, pump, timeout,
-                           failure_grace=failure_grace, snapshot_quiet=snapshot_quiet)
+                           failure_grace=failure_grace, snapshot_quiet=snapshot_quiet,
+                           entered=lambda r: os.path.exists(entered_path(sup.run_dir, r)),
+                           start_timeout=start_timeout)
     except KeyboardInterrupt:
         stopped = sup.stop(grace=1.0)
         if pump:
@@ -156,7 +172,8 @@ def _conclude(sup: Supervisor, outcome: str, stopped: list[int], results: Result
     procs, n = sup.procs, sup.plan.nprocs
     if outcome == "hang":
         live = sup.stacks["timeout"]
-        return HangError(timeout, live, results, method=sup.stack_method,
+        return HangError(timeout, live, results, method=sup.stack_method, phase=sup.phase,
+                         late=sup.late,
                          finished=[r for r in range(n) if r not in live],
                          snapshot=sup.stacks.get("snapshot"))
     failures = []

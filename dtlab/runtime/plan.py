@@ -116,6 +116,9 @@ def check_env(env: dict | None) -> dict[str, str]:
     return out
 
 
+START_TIMEOUT = 300.0  # seconds a rank may take to reach user code: interpreter, imports, group
+
+
 def check_timeout(timeout, name: str = "timeout") -> float | None:
     """Seconds, or None for no limit (``math.inf`` means the same)."""
     if timeout is None or (isinstance(timeout, float) and timeout == math.inf):

@@ -127,6 +127,16 @@ def init_process_group():
     return device
 
 
+def entered_path(run_dir: str, rank: int) -> str:
+    return os.path.join(run_dir, f"entered-{rank}")
+
+
+def mark_entered(run_dir: str, rank: int) -> None:
+    """Tell the parent this rank is about to call the user's function (imports and the process
+    group are done): ``dtlab.run``'s ``timeout=`` counts from the moment every rank has."""
+    os.close(os.open(entered_path(run_dir, rank), os.O_CREAT | os.O_WRONLY, 0o600))
+
+
 def flush_output() -> None:
     for s in (sys.stdout, sys.stderr):
         try:

@@ -114,6 +114,8 @@ class Supervisor:
                                (mode, self.run_dir, *extra_args))
         self.stacks: dict[str, dict[int, str]] = {}
         self.stack_method = ""
+        self.phase = "run"  # or "start": wait() was still waiting for ranks to reach user code
+        self.late: list[int] = []  # the ranks that had not reached it when start-up timed out
         self._reaper = None
         self._closed = False
 
@@ -131,7 +133,9 @@ class Supervisor:
     # -- watch ------------------------------------------------------------------------------------
     def wait(self, ranks: list[int], progress: Callable[[float], dict[int, str]],
              pump: output.OutputPump, timeout: float | None,
-             failure_grace: float = FAILURE_GRACE, snapshot_quiet: float | None = None) -> str:
+             failure_grace: float = FAILURE_GRACE, snapshot_quiet: float | None = None,
+             entered: Callable[[int], bool] | None = None, start_timeout: float | None = None
+             ) -> str:
         """Until every rank in ``ranks`` is done: returns ``done`` (all ok or failed, none left
         running), ``failed`` (a failure, and the grace for the others passed), ``died`` (a rank
         is dead: the client cannot continue), or ``hang`` (the deadline; stacks taken).
@@ -142,9 +146,17 @@ class Supervisor:
         stacks (and Flight Recorder dumps) while they are still stuck, before any watchdog acts;
         a rank printing to stdout afterwards shows it was a slow step, not a hang: the snapshot
         is dropped and the next quiet spell takes another.
+
+        ``entered(rank)``: whether that rank has reached the user's code. Given, ``timeout``
+        counts from the moment every rank still running has (imports and joining the process
+        group are start-up, not the user's work), and start-up itself is bounded by
+        ``start_timeout``; a start-up that passes it is a hang too, with :attr:`phase` "start".
         """
         t0 = time.monotonic()
+        self.phase = "start" if entered is not None else "run"
         deadline = None if timeout is None else t0 + timeout
+        if entered is not None:
+            deadline = None if start_timeout is None else t0 + start_timeout
         first_failure = None
         quiet_since, spoke = time.monotonic(), False
 
@@ -170,10 +182,15 @@ class Supervisor:
                 first_failure = now
             if first_failure is not None and now - first_failure > failure_grace:
                 return "failed"
+            if self.phase == "start" and all(entered(r) for r in running):
+                self.phase = "run"
+                deadline = None if timeout is None else now + timeout
             if (snapshot_quiet is not None and "snapshot" not in self.stacks and spoke
                     and now - quiet_since > snapshot_quiet):
                 self.examine(running, "snapshot")
             if deadline is not None and now > deadline:
+                if self.phase == "start":
+                    self.late = [r for r in running if not entered(r)]
                 self.examine(running, "timeout")
                 return "hang"
 

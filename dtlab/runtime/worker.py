@@ -29,6 +29,7 @@ def oneshot(run_dir: str) -> None:
             fn, args, kwargs = cloudpickle.load(f)
         rankside.init_process_group()
         joined = True
+        rankside.mark_entered(run_dir, rank)  # the parent's timeout= counts from every rank's mark
         t0 = time.perf_counter()
         value = fn(*args, **kwargs)
         duration = time.perf_counter() - t0

@@ -107,3 +107,23 @@ def slow_step_then_hang():
     if dist.get_rank() == 1:
         time.sleep(600)   # the hang: rank 1 never reaches the barrier
     dist.barrier()
+
+
+class SlowToLoad:
+    """An argument whose unpickling in the rank takes ``seconds``: a start-up as slow as a
+    busy machine's ``import torch``, before the rank reaches fn."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+
+    def __reduce__(self):
+        return (_slow_load, (self.seconds,))
+
+
+def _slow_load(seconds: float):
+    time.sleep(seconds)
+    return seconds
+
+
+def quick(slow):
+    return dist.get_rank()

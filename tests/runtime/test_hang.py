@@ -8,7 +8,7 @@ import pytest
 
 import dtlab
 from conftest import pid_gone
-from rank_fns import child_then_hang, hang_mismatched
+from rank_fns import SlowToLoad, child_then_hang, hang_mismatched, quick
 
 pytestmark = pytest.mark.usefixtures("no_orphans")
 
@@ -47,3 +47,24 @@ def test_hang_stops_grandchildren_too():
     assert len(pids) == 4
     for pid in pids:
         assert pid_gone(pid), psutil.Process(pid).cmdline()
+
+
+def test_timeout_counts_from_fn_not_from_a_slow_start():
+    """A start-up slower than timeout= (here a 3 s unpickle; on a busy machine, import torch)
+    is not the user's code hanging: timeout counts once every rank is inside fn."""
+    res = dtlab.run(quick, SlowToLoad(3.0), nprocs=2, backend="gloo", timeout=1.5)
+    assert res.values == [0, 1]
+
+
+def test_start_up_has_its_own_bound_and_says_so(tmp_path):
+    from dtlab.runtime.launch import launch
+
+    with pytest.raises(dtlab.HangError) as ei:
+        launch(quick, (SlowToLoad(30.0),), nprocs=2, backend="gloo", timeout=60,
+               start_timeout=1.0, evidence_dir=str(tmp_path))
+    e = ei.value
+    assert e.phase == "start" and e.late == [0, 1]
+    assert "did not reach fn within start_timeout=1 s" in str(e)
+    assert "raise start_timeout=" in str(e)
+    assert e.diagnosis.failure_class == "start_timeout"
+    assert e.diagnosis.culprit_ranks == [0, 1]

@@ -29,6 +29,8 @@ class Facts:
     nprocs: int | None = None
     backend: str | None = None
     outcome: str | None = None
+    phase: str | None = None  # "start": the timeout passed before every rank reached user code
+    late: list[int] = field(default_factory=list)  # the ranks that had not reached it
     exit_codes: dict[int, int | None] = field(default_factory=dict)
     returned: set[int] = field(default_factory=set)  # fn returned on these ranks
     stopped: set[int] = field(default_factory=set)  # dtlab, the launcher or the outside stopped them
@@ -129,6 +131,8 @@ def _run_facts(f: Facts, info: dict) -> None:
     f.nprocs = info.get("nprocs")
     f.backend = info.get("backend")
     f.outcome = info.get("outcome")
+    f.phase = info.get("phase")
+    f.late = [r for r in info.get("late_ranks") or [] if isinstance(r, int)]
     f.stopped = {r for r in info.get("stopped_by_dtlab") or [] if isinstance(r, int)}
     for r in info.get("ranks", []):
         f.exit_codes[r["rank"]] = r.get("exit_code")

@@ -35,6 +35,26 @@ def oom(v):
                   confident=bool(ranks), root=ranks)
 
 
+def start_up(v):
+    """The start-up bound passed (``start_timeout``) before some ranks reached user code: the
+    user's code is not what hung, whatever the stacks of the ranks already in it show."""
+    f = v.f
+    if f.phase != "start" or f.outcome != "hang":
+        return None
+    late = f.late or [r for r in f.ranks if r not in f.returned]
+    for r in late:
+        st = f.stacks.get(r)
+        if st is not None and st.data.get("site"):
+            v.note(st.path, "stack", f"rank {r} at start-up: {st.data['site']}")
+    return v.done("start_timeout", late, None, None,
+                  f"{ranks_word(late).capitalize()} never reached the user's function within "
+                  f"the start-up bound: a fresh interpreter, imports and joining the process "
+                  f"group took longer than start_timeout. On a busy machine, raise "
+                  f"start_timeout; if the stacks show a rank waiting in the rendezvous, a peer "
+                  f"never joined it (a wrong MASTER_ADDR/port, a firewall, a missing rank).",
+                  confident=bool(late), root=late)
+
+
 def exception(v):
     """A plain Python exception on some rank (not one that reports a lost peer, a timeout or
     a mismatch the collective library caught): the ranks that raised it are the culprits."""

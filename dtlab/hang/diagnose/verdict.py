@@ -28,7 +28,8 @@ from .facts import Facts
 from .notes import add_context, add_unreadable
 
 CLASSES = ("exception", "size_mismatch", "dtype_mismatch", "op_mismatch", "missing_collective",
-           "rank_died", "oom", "p2p_deadlock", "straggler", "timeout_unknown", "no_failure")
+           "rank_died", "oom", "p2p_deadlock", "straggler", "start_timeout", "timeout_unknown",
+           "no_failure")
 
 
 @dataclass
@@ -111,7 +112,8 @@ class Verdict:
         return st.data.get("site") if st else None
 
     def decide(self) -> Diagnosis:
-        for rule in (failed.oom, failed.exception, failed.died, mismatch.detail_report,
+        for rule in (failed.oom, failed.exception, failed.died, failed.start_up,
+                     mismatch.detail_report,
                      mismatch.traces, failed.left_early, mismatch.stuck, mismatch.straggler,
                      fallback):
             d = rule(self)
