@@ -65,6 +65,7 @@ def rank_side(size: str, steps: int, warmup: int, rounds: int, batch, seq) -> di
     import torch.distributed as dist
 
     from dtlab.capstone.data import random_batches
+    from dtlab.capstone.mfu import mfu, of_matmul
     from dtlab.capstone.model import Llama, flops_per_token, n_params
     from dtlab.capstone.train import make_optimizer, matmul_flops, shard, train_step
     from dtlab.runtime.context import device
@@ -109,19 +110,19 @@ def rank_side(size: str, steps: int, warmup: int, rounds: int, batch, seq) -> di
                 rec[name]["peak_bytes"] = max(rec[name]["peak_bytes"],
                                               torch.cuda.max_memory_allocated(dev) - other)
     tokens = cfg.batch * cfg.seq
+    gpu = torch.cuda.get_device_name(dev) if cuda else None
+    fpt = flops_per_token(cfg)   # the same count for both: they hold the same parameters
     for name, d in rec.items():
         d["n_params"] = models[name][2]
         d["step_s"] = statistics.median(d["round_median_s"])
         d["tokens_per_s"] = tokens / d["step_s"]
-        fpt = 6 * d["n_params"] + 12 * cfg.layers * cfg.dim * cfg.seq
-        d["mfu"] = fpt * d["tokens_per_s"] / peak if peak else None
+        d["mfu"] = mfu(fpt, d["tokens_per_s"], gpu)
+        d["of_matmul"] = of_matmul(fpt, d["tokens_per_s"], peak)
         d["peak_bytes"] = d["peak_bytes"] if cuda else None
     assert rec["dtlab"]["n_params"] == rec["hf"]["n_params"] == n_params(cfg), \
         (rec["dtlab"]["n_params"], rec["hf"]["n_params"])
-    assert flops_per_token(cfg) == 6 * n_params(cfg) + 12 * cfg.layers * cfg.dim * cfg.seq
     import transformers
-    return {"rank": rank, "device": str(dev), "gpu": torch.cuda.get_device_name(dev) if cuda
-            else None, "matmul_flops": peak, "models": rec, "config": cfg.to_json(),
+    return {"rank": rank, "device": str(dev), "gpu": gpu, "matmul_flops": peak, "models": rec, "config": cfg.to_json(),
             "torch": torch.__version__, "transformers": transformers.__version__}
 
 
@@ -151,16 +152,17 @@ def main(argv=None) -> int:
           f"interleaved rounds x {a.steps} steps")
     if r0["matmul_flops"]:
         print(f"bf16 matmul measured: {r0['matmul_flops'] / 1e12:.0f} TF/s (rank 0)")
-    print(f"{'model':>6} {'rank':>4} {'ms/step':>8} {'tok/s/GPU':>10} {'MFU':>6} {'peak GiB':>9}"
-          f"  rounds (ms)")
+    print(f"{'model':>6} {'rank':>4} {'ms/step':>8} {'tok/s/GPU':>10} {'MFU':>6} {'of matmul':>9} "
+          f"{'peak GiB':>9}  rounds (ms)")
     for name in ("dtlab", "hf"):
         for r in ranks:
             d = r["models"][name]
-            mfu = f"{100 * d['mfu']:.1f}%" if d["mfu"] is not None else "-"
+            mfu = f"{100 * d['mfu']:.1f}%" if d.get("mfu") is not None else "-"
+            frac = f"{100 * d['of_matmul']:.1f}%" if d.get("of_matmul") is not None else "-"
             mem = f"{d['peak_bytes'] / 2**30:.1f}" if d["peak_bytes"] is not None else "-"
             rounds = " ".join(f"{t * 1e3:.1f}" for t in d["round_median_s"])
             print(f"{name:>6} {r['rank']:>4} {d['step_s'] * 1e3:>8.1f} {d['tokens_per_s']:>10.0f} "
-                  f"{mfu:>6} {mem:>9}  {rounds}")
+                  f"{mfu:>6} {frac:>9} {mem:>9}  {rounds}")
     ratio = max(r["models"]["dtlab"]["step_s"] / r["models"]["hf"]["step_s"] for r in ranks)
     verdict = "at least as fast" if ratio <= GOAL else "slower"
     print(f"dtlab / hf step time (worst rank): {ratio:.3f} -> {verdict} (goal <= {GOAL})")

@@ -104,8 +104,8 @@ def baseline(size: str = "tiny", steps: int = STEPS, nprocs: int | None = 2,
     b = {"size": size, "steps": steps, "world": first["world"], "backend": first["backend"],
          "n_params": first["n_params"], "config": first["config"], "torch": torch.__version__,
          "losses": first["losses"],
-         "throughput": [{k: r[k] for k in ("rank", "device", "step_s", "tokens_per_s",
-                                            "peak_bytes", "mfu")} for r in ranks],
+         "throughput": [{k: r[k] for k in ("rank", "device", "gpu", "step_s", "tokens_per_s",
+                                            "peak_bytes", "mfu", "of_matmul")} for r in ranks],
          "nccl": topo,
          "nccl_note": None if topo else (
              "no NCCL log: the ranks ran on gloo" if plan.backend != "nccl" else
@@ -116,15 +116,24 @@ def baseline(size: str = "tiny", steps: int = STEPS, nprocs: int | None = 2,
     return b
 
 
-def format_baseline(b: dict) -> str:
+def format_baseline(b: dict, gpu: str | None = None) -> str:
+    """The baseline as text. MFU is computed here, from each rank's tokens/s, the model's
+    configuration and its GPU's datasheet peak (:mod:`.mfu`), never read from the record: a record
+    made before the GPU's name was stored takes it as ``gpu`` (its README says what ran it)."""
+    from .mfu import mfu
+    from .model import Config, flops_per_token
+
+    fpt = flops_per_token(Config(**b["config"]))
     lines = [f"baseline: capstone {b['size']}, {b['world']} ranks ({b['backend']}), "
              f"{b['steps']} steps, loss {b['losses'][0]:.4f} -> {b['losses'][-1]:.4f}",
              f"{'rank':>4} {'device':>8} {'ms/step':>9} {'tok/s':>10} {'peak MiB':>9} {'MFU':>6}"]
     for r in b["throughput"]:
         mem = f"{r['peak_bytes'] / 2**20:.0f}" if r["peak_bytes"] is not None else "-"
-        mfu = f"{100 * r['mfu']:.1f}%" if r["mfu"] is not None else "-"
+        name = r.get("gpu") or (gpu if str(r["device"]).startswith("cuda") else None)
+        u = mfu(fpt, r["tokens_per_s"], name)
         lines.append(f"{r['rank']:>4} {r['device']:>8} {r['step_s'] * 1e3:>9.1f} "
-                     f"{r['tokens_per_s']:>10.0f} {mem:>9} {mfu:>6}")
+                     f"{r['tokens_per_s']:>10.0f} {mem:>9} "
+                     f"{f'{100 * u:.1f}%' if u is not None else '-':>6}")
     t = b["nccl"]
     if t is None:
         lines.append(f"NCCL: {b['nccl_note']}")

@@ -201,9 +201,16 @@ def n_params(cfg: Config) -> int:
     return 2 * cfg.vocab * cfg.dim + cfg.layers * block + cfg.dim   # untied embed + head, norm
 
 
+def matmul_params(cfg: Config) -> int:
+    """The parameters that take part in a matmul: all but the input embedding table (a lookup;
+    Kaplan et al. 2020 count N without embeddings). The untied output head is a matmul: counted."""
+    return n_params(cfg) - cfg.vocab * cfg.dim
+
+
 def flops_per_token(cfg: Config, seq: int | None = None) -> float:
-    """Training FLOPs per token, forward + backward: ``6N + 12 L d s`` (Kaplan et al. 2020's 6N
-    for the matmuls, plus attention's scores and weighted sum; PaLM's MFU, Chowdhery et al.
-    2022, app. B)."""
+    """Training FLOPs per token, forward + backward: ``6N + 12 L d s`` with N
+    :func:`matmul_params` (2 FLOPs per weight per token forward, 4 backward; Kaplan et al. 2020),
+    plus attention's scores and weighted sum (PaLM's MFU, Chowdhery et al. 2022, app. B).
+    Norms, softmax, activations and the optimizer are not counted."""
     s = cfg.seq if seq is None else seq
-    return 6 * n_params(cfg) + 12 * cfg.layers * cfg.dim * s
+    return 6 * matmul_params(cfg) + 12 * cfg.layers * cfg.dim * s

@@ -183,9 +183,15 @@ def find_reader(import_nvml=None, which=shutil.which, runner=subprocess.run):
 
 # --- rank 0's steps -----------------------------------------------------------------------------
 
+def _warm(r: dict) -> str:
+    return " (warm-up)" if r.get("warmup") else ""
+
+
 class StepProgress:
     """Rank 0's steps as a bar: ``feed(record)`` or, with ``path``, ``read()`` what is new in
-    the JSON-lines file rank 0 appends to (``{"step", "steps", "loss", "ms", "tok_s"}``)."""
+    the JSON-lines file rank 0 appends to (``{"step", "steps", "loss", "ms", "tok_s",
+    "warmup"}``). ``ms`` is the median step time so far after the warm-up steps, the figure the
+    summary's table ends with (:func:`dtlab.capstone.train.step_time`)."""
 
     def __init__(self, path: str | None = None):
         self._tail = FileTail(path) if path else None
@@ -214,7 +220,7 @@ class StepProgress:
             return "starting ranks (model, sharding, first step) ..."
         done = round(BAR * r["step"] / max(r["steps"], 1))
         return (f"step {r['step']}/{r['steps']} [{'#' * done}{'-' * (BAR - done)}] "
-                f"loss {r['loss']:.4f} | {r['ms']:.0f} ms/step | "
+                f"loss {r['loss']:.4f} | {r['ms']:.0f} ms/step{_warm(r)} | "
                 f"{r['tok_s'] / 1e3:.1f}k tok/s/rank")
 
     def html(self) -> str:
@@ -224,7 +230,7 @@ class StepProgress:
         start = f"{self.first_loss:.4f} &rarr; " if r["step"] > 1 else ""
         return (f"<div><progress value='{r['step']}' max='{max(r['steps'], 1)}' "
                 f"style='width:18em'></progress> step {r['step']}/{r['steps']} | "
-                f"loss {start}<b>{r['loss']:.4f}</b> | {r['ms']:.0f} ms/step | "
+                f"loss {start}<b>{r['loss']:.4f}</b> | {r['ms']:.0f} ms/step{_warm(r)} | "
                 f"{r['tok_s'] / 1e3:.1f}k tok/s/rank</div>")
 
 

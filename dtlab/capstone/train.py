@@ -4,8 +4,9 @@ peak memory and MFU per rank.
 Contract: :func:`train` launches :func:`rank_train` through ``dtlab.run`` and returns a dict:
 ``losses`` (the loss averaged over ranks, one per step), and per rank ``step_s`` (median seconds
 per step after the first ``WARMUP_STEPS``), ``tokens_per_s``, ``peak_bytes`` (CUDA
-``max_memory_allocated``; None on CPU), ``matmul_flops`` (bf16 matmul FLOP/s measured on that
-GPU in the same job; None on CPU) and ``mfu``; and ``gpu_panel``, the live GPU panel's summary
+``max_memory_allocated``; None on CPU), ``gpu`` (the device's name), ``mfu`` (over the datasheet
+peak; None on CPU or an unknown GPU), ``matmul_flops`` (bf16 matmul FLOP/s measured on that GPU
+in the same job; None on CPU) and ``of_matmul`` (the same FLOPs over that rate); and ``gpu_panel``, the live GPU panel's summary
 (:mod:`.panel`; None without GPUs). Bad arguments raise ValueError before anything starts. In a
 notebook, rank 0's steps show as a bar updated in place, beside every GPU's utilisation and
 memory. From a terminal::
@@ -20,9 +21,10 @@ just before it runs and freed after (ZeRO-3, Rajbhandari et al. 2020). On CUDA t
 reduce-scattered in fp32, AdamW steps fp32 shards. On CPU (gloo) everything is fp32.
 
 MFU (PaLM, Chowdhery et al. 2022) = ``flops_per_token x tokens/s per GPU / peak``, with
-``flops_per_token = 6N + 12 L d s`` (:func:`~dtlab.capstone.model.flops_per_token`) and
-``peak`` the rate of a large bf16 matmul timed on the same GPU just before training, not a
-datasheet number.
+``flops_per_token = 6N + 12 L d s`` (:func:`~dtlab.capstone.model.flops_per_token`: N without
+the input embedding table) and ``peak`` the datasheet's dense bf16 rate of the GPU
+(:mod:`.mfu`, with sources). ``of_matmul`` divides the same FLOPs by the rate of a large bf16
+matmul timed on that GPU just before training instead: a second figure, not MFU.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import sys
 import tempfile
 import time
 
+from .mfu import datasheet_peak
 from .model import CONFIGS
 
 WARMUP_STEPS = 2   # not timed: allocator growth, first all-gathers, kernel selection
@@ -128,12 +131,14 @@ def rank_train(size: str = "tiny", steps: int = 30, batch: int | None = None,
 
     from ..runtime.context import device as rank_device
     from . import data as corpus
+    from .mfu import mfu, of_matmul
     from .model import Llama, flops_per_token, n_params
 
     rank, world, dev = dist.get_rank(), dist.get_world_size(), rank_device()
     cfg = CONFIGS[size]
     cfg = dataclasses.replace(cfg, batch=batch or cfg.batch, seq=seq or cfg.seq)
     peak = matmul_flops(dev)
+    gpu = torch.cuda.get_device_name(dev) if dev.type == "cuda" else None
     torch.manual_seed(seed)               # the same initial weights on every rank
     with torch.device(dev):
         model = Llama(cfg)
@@ -158,26 +163,34 @@ def rank_train(size: str = "tiny", steps: int = 30, batch: int | None = None,
         times.append(time.perf_counter() - t0)
         local.append(loss.item())
         losses.append(mean)
+        step_s = step_time(times)  # what the table will say, so far: bar and table agree
         if progress_file and rank == 0:
             _append_line(progress_file, {"step": step + 1, "steps": steps, "loss": mean,
-                                         "ms": times[-1] * 1e3,
-                                         "tok_s": cfg.batch * cfg.seq / times[-1]})
+                                         "ms": step_s * 1e3, "warmup": step < WARMUP_STEPS,
+                                         "tok_s": cfg.batch * cfg.seq / step_s})
         if progress and rank == 0:
             print(f"[capstone] step {step + 1}/{steps} loss {mean:.4f} "
-                  f"{times[-1] * 1e3:.0f} ms/step "
-                  f"{cfg.batch * cfg.seq / times[-1] / 1e3:.1f}k tok/s/rank",
+                  f"{step_s * 1e3:.0f} ms/step "
+                  f"{cfg.batch * cfg.seq / step_s / 1e3:.1f}k tok/s/rank"
+                  + (" (warm-up)" if step < WARMUP_STEPS else ""),
                   file=sys.stderr, flush=True)
-    timed = times[WARMUP_STEPS:] or times
-    step_s = statistics.median(timed)
+    step_s = step_time(times)
     tps = cfg.batch * cfg.seq / step_s
     return {"rank": rank, "world": world, "device": str(dev), "backend": dist.get_backend(),
             "size": size, "config": cfg.to_json(), "n_params": n_params(cfg), "data": data,
             "losses": losses, "local_losses": local, "step_times_s": times, "step_s": step_s,
-            "tokens_per_s": tps, "matmul_flops": peak,
+            "tokens_per_s": tps, "matmul_flops": peak, "gpu": gpu,
             "local_numel": sum(p.to_local().numel() for p in model.parameters()),
             "peak_bytes": torch.cuda.max_memory_allocated(dev) if dev.type == "cuda" else None,
-            "mfu": flops_per_token(cfg) * tps / peak if peak else None,
+            "mfu": mfu(flops_per_token(cfg), tps, gpu) if dev.type == "cuda" else None,
+            "of_matmul": of_matmul(flops_per_token(cfg), tps, peak),
             "torch": torch.__version__}
+
+
+def step_time(times: list[float]) -> float:
+    """Seconds per step as every figure here reports it: the median of the steps after the first
+    :data:`WARMUP_STEPS` (of all of them while there are no others yet)."""
+    return statistics.median(times[WARMUP_STEPS:] or times)
 
 
 def _append_line(path: str, record: dict) -> None:
@@ -232,10 +245,14 @@ def train(size: str = "tiny", steps: int = 30, nprocs: int | None = 2, backend: 
     keep = ("world", "backend", "size", "config", "n_params", "data", "losses", "torch")
     out = {k: first[k] for k in keep}
     out["ranks"] = [{k: r[k] for k in ("rank", "device", "step_s", "tokens_per_s", "peak_bytes",
-                                       "matmul_flops", "mfu", "local_numel",
+                                       "gpu", "mfu", "matmul_flops", "of_matmul", "local_numel",
                                        "local_losses")} for r in ranks]
     out["gpu_panel"] = live.summary()
     return out
+
+
+def _pct(x) -> str:
+    return f"{100 * x:.1f}%" if x is not None else "-"
 
 
 def progress_mode(progress: bool | str) -> str | None:
@@ -259,13 +276,21 @@ def format_summary(s: dict) -> str:
              f"data {s['data']}",
              f"loss {losses[0]:.4f} -> {losses[-1]:.4f} over {len(losses)} steps",
              f"{'rank':>4} {'device':>8} {'ms/step':>9} {'tok/s':>10} {'peak MiB':>9} "
-             f"{'matmul TF/s':>11} {'MFU':>6}"]
+             f"{'MFU':>6} {'matmul TF/s':>11} {'of matmul':>9}"]
     for r in s["ranks"]:
         mem = f"{r['peak_bytes'] / 2**20:.0f}" if r["peak_bytes"] is not None else "-"
         tf = f"{r['matmul_flops'] / 1e12:.0f}" if r["matmul_flops"] else "-"
-        mfu = f"{100 * r['mfu']:.1f}%" if r["mfu"] is not None else "-"
         lines.append(f"{r['rank']:>4} {r['device']:>8} {r['step_s'] * 1e3:>9.1f} "
-                     f"{r['tokens_per_s']:>10.0f} {mem:>9} {tf:>11} {mfu:>6}")
+                     f"{r['tokens_per_s']:>10.0f} {mem:>9} {_pct(r.get('mfu')):>6} {tf:>11} "
+                     f"{_pct(r.get('of_matmul')):>9}")
+    gpus = {r.get("gpu") for r in s["ranks"]} - {None}
+    unknown = [g for g in gpus if datasheet_peak(g) is None]
+    lines.append(f"ms/step: median after {WARMUP_STEPS} warm-up steps. MFU: (6N + 12 L d s) x "
+                 f"tok/s / the GPU's datasheet dense bf16 peak (PaLM), N without the input "
+                 f"embedding" + (f"; no datasheet peak known for {', '.join(unknown)}"
+                                 if unknown else "")
+                 + (". of matmul: the same FLOPs / the bf16 matmul rate measured here"
+                    if gpus else "; no MFU without a GPU"))
     if s.get("gpu_panel"):
         from .panel import format_summary as gpu_table
 

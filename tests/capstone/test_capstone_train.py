@@ -77,6 +77,7 @@ def test_measurements_per_rank(summary):
         assert r["step_s"] > 0
         assert r["tokens_per_s"] == pytest.approx(cfg["batch"] * cfg["seq"] / r["step_s"])
         assert r["peak_bytes"] is None and r["matmul_flops"] is None and r["mfu"] is None  # CPU
+        assert r["gpu"] is None and r["of_matmul"] is None
 
 
 def test_the_bar_saw_every_step_and_the_panel_stopped(run):
@@ -85,6 +86,10 @@ def test_the_bar_saw_every_step_and_the_panel_stopped(run):
     assert bar.last["step"] == bar.last["steps"] == STEPS
     assert bar.last["loss"] == pytest.approx(s["losses"][-1])
     assert bar.first_loss == pytest.approx(s["losses"][0])
+    # the bar ends on the table's figure: one definition of ms/step (median after the warm-up)
+    assert bar.last["ms"] == pytest.approx(s["ranks"][0]["step_s"] * 1e3)
+    assert bar.last["tok_s"] == pytest.approx(s["ranks"][0]["tokens_per_s"])
+    assert not bar.last["warmup"]
     assert not panel.running
     last = panel.stream.getvalue().splitlines()[-1]    # the terminal's final compact line
     assert last.startswith(f"step {STEPS}/{STEPS} [") and "gpu 1 50% 2.0/8.0 GiB" in last
