@@ -26,6 +26,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--master", default="$MASTER_ADDR", help="node 0's address (torchrun lines)")
     s.add_argument("--port", type=int, default=29400, help="rendezvous port (default 29400)")
     s.add_argument("--ifname", help="GLOO/NCCL_SOCKET_IFNAME, the NIC between nodes")
+    s.add_argument("--no-nvls", action="store_true",
+                   help="add NCCL_NVLS_ENABLE=0: keep NVLink multicast (NVLS) off; by default "
+                        "NCCL uses it where the NVSwitches have it")
     s.add_argument("--json", action="store_true", help="{lines} or {sbatch} as JSON")
     m = sub.add_parser("simulate", help="rehearse a multi-node launch on this machine: one "
                        "torchrun agent per simulated node, each in its own network namespace")
@@ -58,11 +61,12 @@ def run(args) -> int:
         from .script import sbatch, torchrun_lines
 
         if args.slurm:
-            text = sbatch(args.nodes, args.gpus_per_node, args.entry, args.port, args.ifname)
+            text = sbatch(args.nodes, args.gpus_per_node, args.entry, args.port, args.ifname,
+                          nvls=not args.no_nvls)
             print(json.dumps({"sbatch": text}) if args.json else text, end="" if not args.json else "\n")
         else:
             lines = torchrun_lines(args.nodes, args.gpus_per_node, args.entry, args.master,
-                                   args.port, args.ifname)
+                                   args.port, args.ifname, nvls=not args.no_nvls)
             if args.json:
                 print(json.dumps({"lines": lines}))
             else:

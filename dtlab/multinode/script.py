@@ -9,6 +9,11 @@ the first job on a new cluster proves the world is whole before any training::
     dtlab multinode script --nodes 2 --gpus-per-node 8                  # one line per node
     dtlab multinode script --nodes 4 --gpus-per-node 8 --slurm > job.sh && sbatch job.sh
 
+NVLS (NVLink SHARP: the NVSwitch reduces, NCCL's fastest all-reduce on HGX H100/H200) is left
+to NCCL, which uses it where the hardware has it; ``--no-nvls`` (``nvls=False``) adds
+``NCCL_NVLS_ENABLE=0`` for a cluster that must keep NVLink multicast off. Whatever the lines say,
+a variable already in the environment that runs them is inherited unchanged.
+
 Why the sbatch script looks as it does: ``$SLURM_NODEID`` differs per node, so it is expanded
 by the shell *srun* starts on each node (single quotes), never by the batch shell, which runs
 on the first node only; ``--kill-on-bad-exit`` ends every node's torchrun when one fails
@@ -48,28 +53,32 @@ def _ifname_env(ifname: str | None) -> str:
 
 def torchrun_lines(nodes: int, gpus_per_node: int, entry: str = DEFAULT_ENTRY,
                    master: str = "$MASTER_ADDR", port: int = PORT, ifname: str | None = None,
-                   rdzv_id: str = "dtlab") -> list[str]:
-    """One line per node; line i runs on node i (node 0's address is ``master``).
+                   rdzv_id: str = "dtlab", nvls: bool = True) -> list[str]:
+    """One line per node; line i runs on node i (node 0's address is ``master``). ``nvls=False``
+    prefixes ``NCCL_NVLS_ENABLE=0`` (NVLink multicast off).
 
     >>> torchrun_lines(2, 8, master="10.0.0.1")[1]  # doctest: +NORMALIZE_WHITESPACE
-    'NCCL_NVLS_ENABLE=0 torchrun --nnodes 2 --node-rank 1 --nproc-per-node 8 --rdzv-backend c10d
+    'torchrun --nnodes 2 --node-rank 1 --nproc-per-node 8 --rdzv-backend c10d
      --rdzv-endpoint 10.0.0.1:29400 --rdzv-id dtlab --max-restarts 0 -m dtlab.multinode.check'
     """
     check_args(nodes, gpus_per_node, entry, port)
-    return [f"NCCL_NVLS_ENABLE=0 {_ifname_env(ifname)}"
+    off = "" if nvls else "NCCL_NVLS_ENABLE=0 "
+    return [f"{off}{_ifname_env(ifname)}"
             + _torchrun(str(nodes), str(i), gpus_per_node, f"{master}:{port}", rdzv_id, entry)
             for i in range(nodes)]
 
 
 def sbatch(nodes: int, gpus_per_node: int, entry: str = DEFAULT_ENTRY, port: int = PORT,
-           ifname: str | None = None, time_limit: str = "00:15:00") -> str:
-    """An sbatch script: one task per node, each running torchrun for that node's GPUs."""
+           ifname: str | None = None, time_limit: str = "00:15:00", nvls: bool = True) -> str:
+    """An sbatch script: one task per node, each running torchrun for that node's GPUs.
+    ``nvls=False`` exports ``NCCL_NVLS_ENABLE=0``."""
     check_args(nodes, gpus_per_node, entry, port)
     inner = _torchrun('"$SLURM_NNODES"', '"$SLURM_NODEID"', gpus_per_node,
                       '"$MASTER_ADDR:$MASTER_PORT"', '"$SLURM_JOB_ID"', entry)
     exports = (f"export GLOO_SOCKET_IFNAME={ifname} NCCL_SOCKET_IFNAME={ifname}\n" if ifname else
                "# export GLOO_SOCKET_IFNAME=... NCCL_SOCKET_IFNAME=...   # the NIC between "
                "nodes, if not the first\n")
+    nvls_line = ("" if nvls else "export NCCL_NVLS_ENABLE=0   # --no-nvls: NVLink multicast off\n")
     return f"""#!/bin/bash
 #SBATCH --job-name=dtlab
 #SBATCH --nodes={nodes}
@@ -80,7 +89,6 @@ set -euo pipefail
 # the first node of the allocation hosts the c10d rendezvous
 MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
 export MASTER_ADDR MASTER_PORT={port}
-export NCCL_NVLS_ENABLE=0
-{exports}# single quotes: each node's shell expands its own $SLURM_NODEID
+{nvls_line}{exports}# single quotes: each node's shell expands its own $SLURM_NODEID
 srun --kill-on-bad-exit=1 bash -c {shlex.quote(inner)}
 """

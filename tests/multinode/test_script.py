@@ -87,6 +87,14 @@ def test_script_cli_and_bad_input():
                          "--gpus-per-node", "8", "--json"], capture_output=True, text=True,
                         timeout=60)
     assert ok.returncode == 0 and len(json.loads(ok.stdout)["lines"]) == 3
+    # NVLS is NCCL's to choose on a real cluster; --no-nvls switches it off, in both forms
+    assert not any("NCCL_NVLS_ENABLE" in ln for ln in json.loads(ok.stdout)["lines"])
+    off = subprocess.run([sys.executable, "-m", "dtlab", "multinode", "script", "--nodes", "2",
+                          "--gpus-per-node", "8", "--no-nvls", "--json"], capture_output=True,
+                         text=True, timeout=60)
+    assert all(ln.startswith("NCCL_NVLS_ENABLE=0 torchrun ") for ln in json.loads(off.stdout)["lines"])
+    assert "NCCL_NVLS_ENABLE" not in sbatch(2, 8)
+    assert "\nexport NCCL_NVLS_ENABLE=0 " in sbatch(2, 8, nvls=False)
     bad = subprocess.run([sys.executable, "-m", "dtlab", "multinode", "script", "--nodes", "2",
                           "--gpus-per-node", "0"], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and bad.stderr.startswith("dtlab multinode: --gpus-per-node 0")
