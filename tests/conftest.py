@@ -120,6 +120,13 @@ if _OWN_CACHE:
     os.environ[CACHE_ENV] = tempfile.mkdtemp(prefix="dtlab-test-session-")
 
 
+# evidence folders a tool makes when not told where (dtlab-evidence/ in the current folder for
+# a learner): the session's own, removed at the end
+_OWN_EVIDENCE = "DTLAB_EVIDENCE_ROOT" not in os.environ
+if _OWN_EVIDENCE:
+    os.environ["DTLAB_EVIDENCE_ROOT"] = tempfile.mkdtemp(prefix="dtlab-test-evidence-")
+
+
 def pytest_report_header(config):
     return f"grading seed: {GRADING_SEED} (rerun with {SEED_ENV}={GRADING_SEED} for the same hidden inputs)"
 
@@ -127,6 +134,8 @@ def pytest_report_header(config):
 def pytest_unconfigure(config):
     if _OWN_CACHE:
         shutil.rmtree(os.environ[CACHE_ENV], ignore_errors=True)
+    if _OWN_EVIDENCE:
+        shutil.rmtree(os.environ["DTLAB_EVIDENCE_ROOT"], ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)

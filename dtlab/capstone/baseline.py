@@ -26,7 +26,8 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import tempfile
+
+from ..runtime.evidence import new_folder
 
 STEPS = 10
 NCCL_SUBSYS = "INIT,ENV,GRAPH"
@@ -88,7 +89,7 @@ def baseline(size: str = "tiny", steps: int = STEPS, nprocs: int | None = 2,
 
     check_args(size, steps, nprocs, backend, out)
     plan = resolve(nprocs, backend)
-    out = out or tempfile.mkdtemp(prefix="dtlab-capstone-baseline-")
+    out = out or new_folder("capstone-baseline")
     os.makedirs(out, exist_ok=True)
     env = {}
     if plan.backend == "nccl":

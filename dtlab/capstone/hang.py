@@ -44,9 +44,10 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import time
 from dataclasses import dataclass
+
+from ..runtime.evidence import new_folder
 
 GOOD_STEPS = 3      # good steps before the bug: the loss falls, every collective matches
 BAD_STEP = GOOD_STEPS
@@ -248,7 +249,7 @@ def hang(bug: str = "extra_metric", nprocs: int | None = 2, backend: str = "auto
     be, n = plan.backend, plan.nprocs
     culprit = CULPRIT % n if culprit is None else culprit
     at_step = BAD_STEP if at_step is None else at_step
-    out = out or tempfile.mkdtemp(prefix=f"dtlab-capstone-hang-{bug}-")
+    out = out or new_folder(f"capstone-hang-{bug}")
     os.makedirs(out, exist_ok=True)
     env = {}
     if be == "nccl":

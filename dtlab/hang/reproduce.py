@@ -27,11 +27,11 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import dataclass, field
 
 from ..runtime import HangError, RankError
 from ..runtime.launch import launch
+from ..runtime.evidence import new_folder
 from .kinds import KINDS, training_loop
 
 
@@ -69,7 +69,7 @@ def reproduce(kind: str, nprocs: int = 3, backend: str = "auto", timeout: float 
         raise ValueError(f"nprocs={nprocs!r}: a distributed failure needs at least 2 ranks")
     if timeout <= 0 or delay < 0:
         raise ValueError("timeout must be positive and delay non-negative (seconds)")
-    out = out or tempfile.mkdtemp(prefix=f"dtlab-hang-{kind}-")
+    out = out or new_folder(f"hang-{kind}")
     if os.path.isdir(out) and os.listdir(out):
         raise ValueError(f"evidence folder {out!r} is not empty: give a new folder (--out), so "
                          f"evidence from two runs never mixes")

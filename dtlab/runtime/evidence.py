@@ -19,6 +19,12 @@ An evidence directory holds (files are recognised by content, names only help pe
     rank<R>.stderr.txt
     stacks/<when>-rank<R>.txt py-spy (or faulthandler) dumps: at a snapshot, at the timeout
     fr/fr_trace_<R>           Flight Recorder dumps
+
+Where a tool puts its evidence when not told (:func:`new_folder`): ``dtlab-evidence/`` in the
+current folder -- beside the notebooks, for a kernel started from JupyterLab -- or
+``$DTLAB_EVIDENCE_ROOT``; never the system's temporary folder, where it would pile up unseen.
+While nbgrader grades (``NBGRADER_EXECUTION``) it goes to a temporary folder instead, so nothing
+lands in a student's submission.
 """
 
 from __future__ import annotations
@@ -31,6 +37,27 @@ import stat
 import sys
 import time
 from typing import Callable  # noqa: F401 (annotations)
+
+EVIDENCE_ROOT = "dtlab-evidence"
+
+
+def evidence_root() -> str:
+    """The folder new evidence folders go in (the module docstring says which)."""
+    if os.environ.get("NBGRADER_EXECUTION") and not os.environ.get("DTLAB_EVIDENCE_ROOT"):
+        import tempfile
+
+        return os.path.join(tempfile.gettempdir(), f"dtlab-evidence-{os.getuid()}")
+    return os.path.abspath(os.environ.get("DTLAB_EVIDENCE_ROOT") or EVIDENCE_ROOT)
+
+
+def new_folder(name: str) -> str:
+    """A new, empty evidence folder ``<root>/<name>-<date>-<time>-<n>`` (0700), made now."""
+    import tempfile
+
+    root = evidence_root()
+    os.makedirs(root, exist_ok=True)
+    return tempfile.mkdtemp(prefix=f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-", dir=root)
+
 
 FR_PREFIX = "fr_trace_"
 FR_SIZE = "2000"
