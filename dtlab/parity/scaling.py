@@ -46,6 +46,7 @@ pay the fixed latency more often but start earlier in backward (overlap). Counte
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 
@@ -153,6 +154,15 @@ def _rank_buckets(model, steps, warmup, per_rank_batch, caps, threads) -> list[d
     return [_timed(model, steps, warmup, per_rank_batch, c, threads) for c in caps]
 
 
+def quiet_profiler(cuda: bool) -> None:
+    """On CPU, keep Kineto's ``USDT: ... profiler_start`` / ``profiler_stop`` markers (torch >=
+    2.13 prints two per profiled session to stderr) out of the ranks' panes: ``KINETO_LOG_LEVEL``
+    (read once, when the profiler first starts) above its highest level. Not on GPUs, where that
+    level would also hide CUPTI's errors; a value the user set is kept."""
+    if not cuda:
+        os.environ.setdefault("KINETO_LOG_LEVEL", "6")
+
+
 def _rank_profile(model, steps, warmup, per_rank_batch, bucket_cap_mb, threads):
     """Rank side of :func:`profile_split`: profile ``steps`` steps; rank 0 returns intervals."""
     import torch
@@ -165,6 +175,7 @@ def _rank_profile(model, steps, warmup, per_rank_batch, bucket_cap_mb, threads):
     dist.barrier()
     cuda = torch.cuda.is_available() and dist.get_backend() == "nccl"
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    quiet_profiler(cuda)
     t0 = time.perf_counter()
     with profile(activities=acts) as prof:
         for _ in range(steps):

@@ -47,7 +47,7 @@ import time
 import torch
 import torch.nn as nn
 
-from .scaling import CLASSES, MODELS, _check, build
+from .scaling import CLASSES, MODELS, _check, build, quiet_profiler
 
 # name: (a head that forward never uses, find_unused_parameters)
 VARIANTS = {"plain": (False, False), "find_unused": (False, True), "dead_head": (True, True)}
@@ -117,6 +117,7 @@ def _rank_cost(model: str, steps: int, warmup: int, per_rank_batch: int, threads
     rows = []
     for name, (ddp, opt) in runs.items():
         dist.barrier()
+        quiet_profiler(torch.cuda.is_available() and dist.get_backend() == "nccl")
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             for _ in range(profiled):
                 step(ddp, opt)

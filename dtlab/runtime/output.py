@@ -117,7 +117,9 @@ class PanesSink:
     * anything else -- a line wider than ``WIDE_LINE`` characters (a table, a traceback) or 3+
       ranks printing -- stacks the panes full-width, one per rank: columns narrower than half a
       notebook cut every line, and a row of small boxes hides most of each;
-    * lines never wrap (``white-space: pre``); a pane scrolls sideways for wide lines;
+    * a line wider than its pane wraps (``white-space: pre-wrap``, breaking long words too): a
+      learner sees all of an error message without scrolling sideways, and a table that fits
+      keeps its columns;
     * a pane grows with its text up to a cap (32em alone, 24em side by side, 18em stacked) and
       then follows the tail (``flex-direction: column-reverse`` keeps the scroll at the bottom,
       with no script), because the last lines -- the result, the error, the bandwidth summary --
@@ -211,7 +213,7 @@ LIVE_CSS = """<style>
 .dtlab-panes .dtlab-pane .jp-OutputArea, .dtlab-panes .dtlab-pane .jp-OutputArea-child,
 .dtlab-panes .dtlab-pane .jp-OutputArea-output { overflow: visible; }  /* the pane scrolls */
 .dtlab-panes .dtlab-pane .jp-OutputArea-output pre {
-  white-space: pre; word-break: normal; overflow-wrap: normal; overflow: visible; }
+  white-space: pre-wrap; word-break: normal; overflow-wrap: anywhere; overflow: visible; }
 </style>"""
 
 def _close_widget(widget) -> None:

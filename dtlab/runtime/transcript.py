@@ -87,7 +87,7 @@ def static_html(transcripts: dict[int, Transcript], ranks: list[int],
                 f'{html.escape(labels.get(r, f"rank {r}"))}</div>'
                 f'<div style="display:flex; flex-direction:column-reverse; max-height:{height}; '
                 f'overflow:auto; border:1px solid #ccc; padding:2px 6px">'
-                f'<pre style="white-space:pre; word-break:normal; overflow:visible; margin:0">'
+                f'<pre style="white-space:pre-wrap; overflow-wrap:anywhere; overflow:visible; margin:0">'
                 f'{body}</pre></div></div>')
         parts.append("</div>")
     if silent:

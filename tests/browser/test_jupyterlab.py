@@ -233,8 +233,9 @@ def check_student_chrome(page):
 
 
 def check_wide_output(page, shot):
-    """Live: rank 0's table in one full-width pane, unwrapped; rank 1 a 'no output' line. Then the
-    static copy replaces the panes with the same text and layout."""
+    """Live: rank 0's table in one full-width pane, every line whole (a line wider than the pane
+    wraps inside it, never cut at its edge: no sideways scrolling); rank 1 a 'no output' line.
+    Then the static copy replaces the panes with the same text and layout."""
     live = page.wait_for_selector(".dtlab-panes >> text=row 11 end", timeout=60_000)
     assert live is not None
     page.wait_for_selector(".dtlab-panes >> text=rank 1: no output yet", timeout=10_000)
@@ -248,7 +249,7 @@ def check_wide_output(page, shot):
                 scrolls: pane.scrollWidth > pane.clientWidth,
                 width: pane.getBoundingClientRect().width, cell: cell.getBoundingClientRect().width};
     }""")
-    assert geometry["whiteSpace"] == "pre" and geometry["scrolls"], geometry
+    assert geometry["whiteSpace"] == "pre-wrap" and not geometry["scrolls"], geometry
     assert geometry["width"] > 0.8 * geometry["cell"], geometry  # full width, not a half column
     page.screenshot(path=shot, full_page=True)  # live panes
     page.wait_for_selector(".dtlab-output >> text=row 11 end", timeout=60_000)
@@ -261,7 +262,7 @@ def check_wide_output(page, shot):
                 whiteSpace: getComputedStyle(pre).whiteSpace, text: pre.innerText,
                 widgets: document.querySelectorAll('.dtlab-panes').length};
     }""")
-    assert static["ranks"] == 1 and static["whiteSpace"] == "pre", static
+    assert static["ranks"] == 1 and static["whiteSpace"] == "pre-wrap", static
     assert static["widgets"] == 0 and "row 11 end" in static["text"], static
     page.screenshot(path=shot.replace(".png", "-static.png"), full_page=True)
 

@@ -71,9 +71,10 @@ def test_one_wide_rank_gets_one_full_width_pane_and_silent_ranks_one_line():
     t = transcripts({0: [("out", table())], 1: [], 2: [], 3: []})
     p = Panes(static_html(t, [0, 1, 2, 3], LABELS))
     assert p.columns == 1 and p.ranks == [0]  # no empty boxes
-    assert p.text[0] == table()               # whole, unwrapped lines
+    assert p.text[0] == table()               # whole lines: the browser wraps, the text is intact
     assert p.silent == "ranks 1, 2, 3: no output"
-    assert 'white-space:pre;' in static_html(t, [0, 1, 2, 3], LABELS)
+    # a line wider than the pane wraps in it, never cut at its edge
+    assert 'white-space:pre-wrap; overflow-wrap:anywhere;' in static_html(t, [0, 1, 2, 3], LABELS)
 
 
 def test_two_short_ranks_side_by_side_wide_or_many_ranks_stacked():
