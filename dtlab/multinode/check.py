@@ -116,17 +116,25 @@ def run(iters: int = 50, nbytes: int = 1 << 20, timeout: float = 120.0) -> dict 
         torch.cuda.set_device(row["local_rank"])
     dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout))
     try:
+        # the rank table travels on gloo even on GPUs: NCCL creates its communicator at the first
+        # GPU collective and refuses two ranks on one GPU ("Duplicate GPU detected"); found
+        # first, such a world is reported as such and never timed
+        meta = dist.new_group(backend="gloo") if backend == "nccl" else None
         table: list = [None] * dist.get_world_size()
-        dist.all_gather_object(table, row)
+        dist.all_gather_object(table, row, group=meta)
+        shared = check_world(table)["duplicate_gpus"]
+        if shared and row["rank"] == 0:
+            print(f"ranks {shared} share a GPU: NCCL refuses that; not timing any pair",
+                  flush=True)
         measured = []
-        for p in pairs(table):
+        for p in ([] if shared else pairs(table)):
             group = dist.new_group(p["ranks"])  # every rank creates every group, in order
             if row["rank"] in p["ranks"]:
                 lat, bw = _time_pair(group, row["device"], iters, nbytes)
                 measured.append({**p, "latency_us": round(lat, 1), "bandwidth_GBps": round(bw, 4)})
             dist.barrier()
         everyone: list = [None] * dist.get_world_size()
-        dist.all_gather_object(everyone, measured)
+        dist.all_gather_object(everyone, measured, group=meta)
     finally:
         dist.destroy_process_group()
     if row["rank"] != 0:

@@ -137,9 +137,11 @@ def diagnose(consoles: dict[str, str], codes: dict[str, int | None], report: dic
         slow = _slow_link(report, qdiscs or {}, plan, note)
         if slow:
             return done("slow_link", slow)
-        note("report.json", "check", f"{report['ranks_present']} of {report['world_size']} ranks, "
-             f"within {report['bandwidth_GBps'].get('within')} GB/s, across "
-             f"{report['bandwidth_GBps'].get('across')} GB/s")
+        bw = report.get("bandwidth_GBps") or {}
+        measured = ", ".join(f"{k} {bw[k]:.4f} GB/s" for k in ("within", "across")
+                             if bw.get(k) is not None)
+        note("report.json", "check", f"{report['ranks_present']} of {report['world_size']} ranks"
+             + (f", {measured}" if measured else ""))
         return done("no_failure", "every rank present, no duplicate, links as expected")
 
     for n, t in consoles.items():

@@ -91,21 +91,30 @@ def _sigterm_as_interrupt():
         signal.signal(signal.SIGTERM, old)
 
 
-def _gpus_of(node: int, per_node: int, nodes: int) -> dict[str, str]:
-    """CUDA_VISIBLE_DEVICES for one simulated node where this machine has a GPU for every rank
-    (node i gets GPUs i*P .. i*P+P-1, as a real node has its own): else nothing, and the ranks
-    run on gloo. A user's CUDA_VISIBLE_DEVICES is left alone."""
-    if "CUDA_VISIBLE_DEVICES" in os.environ:
-        return {}
+def gpu_layout(nodes: int, per_node: int) -> tuple[list[dict[str, str]], str | None]:
+    """Each simulated node's CUDA_VISIBLE_DEVICES, and a note when the ranks run on gloo.
+
+    With a GPU for every rank, node i gets GPUs i*P .. i*P+P-1 of those visible (a real node has
+    its own). With fewer, every node sees none and the ranks run on gloo: each node's
+    LOCAL_RANK 0 would otherwise take the same cuda:0, which NCCL refuses ("Duplicate GPU
+    detected"). No GPU at all: nothing to say."""
     try:
         import torch
 
         have = torch.cuda.device_count()
     except Exception:  # no torch with CUDA here: CPU ranks
-        return {}
-    if have < nodes * per_node:
-        return {}
-    return {"CUDA_VISIBLE_DEVICES": ",".join(str(node * per_node + k) for k in range(per_node))}
+        have = 0
+    if have == 0:
+        return [{} for _ in range(nodes)], None
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    ids = [v.strip() for v in visible.split(",")][:have] if visible else [str(i) for i in range(have)]
+    need = nodes * per_node
+    if have < need:
+        return ([{"CUDA_VISIBLE_DEVICES": ""} for _ in range(nodes)],
+                f"{nodes} nodes x {per_node} ranks need {need} GPUs, one each; this machine has "
+                f"{have}: the ranks run on gloo (CPU), since NCCL refuses two ranks on one GPU")
+    return [{"CUDA_VISIBLE_DEVICES": ",".join(ids[i * per_node:(i + 1) * per_node])}
+            for i in range(nodes)], None
 
 
 def _agent_argv(n: int, i: int, ppn: int, endpoint: str, is_host: bool, join_timeout: float,
@@ -131,6 +140,8 @@ def simulate(nodes: int = 2, procs_per_node: int = 2, mode: str = "auto",
         note = f"network namespaces unavailable ({why}): every node on 127.0.0.1" if why else None
     elif mode == "netns" and netns.available():
         raise ValueError(f"--mode netns: {netns.available()}; use --mode localhost.")
+    gpus, gpu_note = gpu_layout(nodes, procs_per_node)
+    note = "; ".join(x for x in (note, gpu_note) if x) or None
     t0 = time.monotonic()
     run_dir = make_run_dir("dtlab-multinode-")
     out = os.path.join(run_dir, "report.json")
@@ -153,7 +164,7 @@ def simulate(nodes: int = 2, procs_per_node: int = 2, mode: str = "auto",
                 argv = _agent_argv(nodes, i, procs_per_node, p["endpoint"], i == 0, join_timeout,
                                    p["address"], out, check_extra)
                 env = {**base_env, "GLOO_SOCKET_IFNAME": p["ifname"],
-                       "NCCL_SOCKET_IFNAME": p["ifname"], **_gpus_of(i, procs_per_node, nodes)}
+                       "NCCL_SOCKET_IFNAME": p["ifname"], **gpus[i]}
                 launch[p["name"]] = (f"GLOO_SOCKET_IFNAME={p['ifname']} "
                                      + " ".join(["torchrun", *argv[3:]]))
                 if not p["start"]:
@@ -236,6 +247,22 @@ def _result(mode, note, fault, injected, n, ppn, plan, launch, codes, report, di
             "seconds": round(secs, 1)}
 
 
+def render_pairs(res: dict) -> str:
+    """The timed pairs of a rehearsal as a table, and across/within bandwidth; for a rehearsal
+    that timed none (a failed launch, a broken world), one line saying so."""
+    if not res.get("pairs"):
+        return (f"no pair was timed: {res['ranks_present']} of {res['world_size']} ranks, "
+                f"diagnosis {res['diagnosis']['failure_class']} (see render(res))")
+    lines = [f"{'pair':<7} {'ranks':<7} {'nodes':<6} {'latency us':>10} {'GB/s':>8}"]
+    for p in res["pairs"]:
+        lines.append(f"{p['kind']:<7} {str(p['ranks']):<7} {str(p['nodes']):<6} "
+                     f"{p['latency_us']:>10.1f} {p['bandwidth_GBps']:>8.4f}")
+    bw = res["bandwidth_GBps"] or {}
+    if bw.get("within") and bw.get("across") is not None:
+        lines.append(f"across / within bandwidth: {bw['across'] / bw['within']:.2f}")
+    return "\n".join(lines)
+
+
 def render(res: dict) -> str:
     lines = [f"mode: {res['mode']}" + (f" ({res['note']})" if res["note"] else "")]
     if res["fault"]:
@@ -247,7 +274,7 @@ def render(res: dict) -> str:
     if res["latency_us"]:
         for k in ("within", "across"):
             lat, bw = res["latency_us"].get(k), res["bandwidth_GBps"].get(k)
-            if lat is not None:
+            if lat is not None and bw is not None:
                 lines.append(f"  {k:<6} node: latency {lat:8.1f} us   busbw {bw:8.4f} GB/s")
     d = res["diagnosis"]
     lines.append(f"diagnosis: {d['failure_class']} -- {d['summary']}")

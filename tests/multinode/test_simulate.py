@@ -12,7 +12,7 @@ import pytest
 from conftest import assert_no_descendants
 
 from dtlab.multinode import netns
-from dtlab.multinode.simulate import simulate
+from dtlab.multinode.simulate import render, simulate
 
 ROOT = netns.available() is None
 needs_root = pytest.mark.skipif(not ROOT, reason=f"netns: {netns.available()}")
@@ -122,3 +122,47 @@ def test_killed_mid_run_leaves_nothing(how, clean):
     if how == "SIGKILL":
         assert any(n.startswith(f"{netns.PREFIX}{p.pid}-") for n in netns.namespaces())
         assert any(n.startswith(f"{netns.PREFIX}{p.pid}-") for n in netns.clear_leftovers())
+
+
+def test_simulated_nodes_get_gpus_of_their_own_or_none(monkeypatch):
+    """Four ranks on a 2-GPU machine would put node 0's and node 1's LOCAL_RANK 0 both on cuda:0
+    (NCCL: "Duplicate GPU detected"): then no node sees a GPU, and the note says why."""
+    import torch
+
+    from dtlab.multinode.simulate import gpu_layout
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    envs, note = gpu_layout(2, 2)
+    assert envs == [{"CUDA_VISIBLE_DEVICES": ""}] * 2
+    assert "need 4 GPUs" in note and "has 2" in note and "gloo" in note
+    assert gpu_layout(2, 1) == ([{"CUDA_VISIBLE_DEVICES": "0"}, {"CUDA_VISIBLE_DEVICES": "1"}], None)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5,7")   # the user's choice of GPUs, split
+    assert gpu_layout(2, 1)[0] == [{"CUDA_VISIBLE_DEVICES": "5"}, {"CUDA_VISIBLE_DEVICES": "7"}]
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    assert gpu_layout(2, 2) == ([{}, {}], None)
+
+
+def test_a_failed_rehearsal_prints_a_line_not_a_traceback():
+    from dtlab.multinode.simulate import render, render_pairs
+
+    failed = {"mode": "localhost", "note": None, "fault": None, "world_size": 4,
+              "ranks_present": 0, "nodes": [], "latency_us": None, "bandwidth_GBps": None,
+              "pairs": [], "seconds": 1.0,
+              "diagnosis": {"failure_class": "launch_failed", "summary": "x", "evidence": []}}
+    assert render_pairs(failed).startswith("no pair was timed: 0 of 4 ranks")
+    assert "None" not in render(failed)
+
+
+@pytest.mark.gpu
+def test_on_two_gpus_one_rank_per_node_is_nccl_and_two_per_node_fall_back_to_gloo(clean):
+    import torch
+
+    if torch.cuda.device_count() != 2:
+        pytest.skip("needs exactly 2 GPUs")
+    one = simulate(2, 1, "auto", iters=10, nbytes=1 << 18)
+    assert one["ok"] and one["diagnosis"]["failure_class"] == "no_failure", render(one)
+    assert "gloo" not in (one["note"] or "")
+    two = simulate(2, 2, "auto", iters=10, nbytes=1 << 18)
+    assert two["ok"] and two["ranks_present"] == 4, render(two)
+    assert "need 4 GPUs" in two["note"] and not two["problems"].get("duplicate_gpus")
