@@ -280,7 +280,8 @@ def hang(bug: str = "extra_metric", nprocs: int | None = 2, backend: str = "auto
               "wall_s": round(wall, 1),
               "expected": {"behaviour": behaviour, "failure_class": b.expect_class,
                            "looks_like": looks_like, "fix": FIXES[bug]},
-              "diagnosis": {**d.to_dict(), "sites": _sites(out, range(n))},
+              "diagnosis": {**d.to_dict(), "sites": _sites(out, range(n)),
+                            "site_sources": site_sources(out, range(n))},
               "baseline": None}
     if baseline is not None:
         from .baseline import compare
@@ -300,6 +301,50 @@ def _sites(path: str, ranks) -> dict[int, str]:
     return {str(r): s for r in ranks if (s := v.site_of(r))}
 
 
+def site_sources(path: str, ranks) -> dict[str, list[dict]]:
+    """Every place the evidence puts each rank, each with where it comes from, freshest kind
+    first: the traceback it died with, its stack (py-spy or faulthandler, and when: at the quiet
+    snapshot, at the timeout), and the line that issued its last collective in its Flight
+    Recorder dump. A snapshot taken in a quiet spell and a dump written later can disagree;
+    both are shown, labelled, rather than one passed off as the other."""
+    from ..hang.diagnose.facts import gather
+    from ..hang.diagnose.load import load
+
+    f = gather(load(path))
+    out: dict[str, list[dict]] = {}
+    for r in ranks:
+        seen = []
+        for kind in ("fatal", "exception"):
+            for s in f.of(kind, r):
+                if s.data.get("site"):
+                    seen.append({"site": s.data["site"], "source": "its traceback"})
+                    break
+        st = f.stacks.get(r)
+        if st is not None and st.data.get("site"):
+            when = st.data.get("when", "dump")
+            seen.append({"site": st.data["site"], "source": "its stack at the " + (
+                "quiet-spell snapshot" if when == "snapshot" else when)})
+        calls = f.traces.get(r) or []
+        if calls and calls[-1].site:
+            c = calls[-1]
+            state = "" if c.completed is None else ", completed" if c.completed else ", not completed"
+            seen.append({"site": c.site, "source": f"Flight Recorder: its last collective, "
+                                                   f"#{c.seq} {c.op}{state}"})
+        if seen:
+            out[str(r)] = seen
+    return out
+
+
+def _format_sites(d: dict) -> str:
+    by_rank = d.get("site_sources")
+    if not by_rank:  # a report made before sources were kept
+        return ", ".join(f"rank {k}: {v}" for k, v in sorted(d["sites"].items())) or "-"
+    lines = []
+    for r, seen in sorted(by_rank.items(), key=lambda kv: int(kv[0])):
+        lines.append(f"rank {r}: " + "; ".join(f"{s['site']} ({s['source']})" for s in seen))
+    return "\n                " .join(lines)
+
+
 def format_report(r: dict) -> str:
     """The run, what the bug really does, then the diagnosis as ``dtlab diagnose`` prints it."""
     from ..hang.diagnose import Diagnosis, render
@@ -309,7 +354,7 @@ def format_report(r: dict) -> str:
                                           "op", "summary", "evidence", "confident",
                                           "root_ranks")})
     e = r["expected"]
-    sites = ", ".join(f"rank {k}: {v}" for k, v in sorted(r["diagnosis"]["sites"].items()))
+    sites = _format_sites(r["diagnosis"])
     against = []
     if r.get("baseline"):
         from .baseline import format_comparison

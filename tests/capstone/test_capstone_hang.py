@@ -102,6 +102,19 @@ def test_skip_metric_culprit_is_the_rank_that_went_ahead(skip_on_2):
     assert r["baseline"] is None and "against the baseline" not in format_report(r)
 
 
+def test_recorded_nccl_sites_say_which_evidence_each_comes_from():
+    """On 2x H200 the quiet-spell snapshot put rank 1 in the data loader (data.py) while its
+    Flight Recorder's last collective was issued from hang.py: both are shown, each labelled."""
+    from dtlab.capstone.hang import _format_sites, site_sources
+
+    src = site_sources(str(RECORDED / "hang" / "extra_metric"), range(2))
+    assert src["1"][0] == {"site": "data.py:85", "source": "its stack at the quiet-spell snapshot"}
+    assert src["1"][1]["source"] == "Flight Recorder: its last collective, #41 all_reduce"
+    text = _format_sites({"sites": {}, "site_sources": src})
+    assert "rank 1: data.py:85 (its stack at the quiet-spell snapshot); hang.py:195 (Flight " \
+           "Recorder: its last collective, #41 all_reduce)" in text
+
+
 def test_skip_metric_plants_no_statement():
     with pytest.raises(ValueError, match="plants no statement"):
         bug_site("skip_metric")
@@ -116,6 +129,13 @@ def test_extra_metric_placed_on_rank_0_at_step_2(extra_on_0):
     assert d["failure_class"] == "op_mismatch" and d["op"] == "all_gather"
     assert d["culprit_ranks"] == [0] and d["confident"] is True
     assert d["sites"]["0"] == bug_site("extra_metric")   # the extra all_reduce itself
+    # every site says where it comes from; the report prints each with its source
+    src = d["site_sources"]
+    assert {s["site"] for s in src["0"]} >= {bug_site("extra_metric")}
+    assert all(s["source"].startswith(("its traceback", "its stack at the", "Flight Recorder: "))
+               for seen in src.values() for s in seen)
+    text = format_report(r)
+    assert f"rank 0: {src['0'][0]['site']} ({src['0'][0]['source']})" in text
     # gloo's all_reduce blocks: rank 0 never finishes step 2, the others finish it and wait
     # in step 3's forward
     assert r["baseline"]["last_step"] == {0: 1, 1: 2, 2: 2}
