@@ -5,11 +5,17 @@ An exercise that dtlab itself answers is graded in a world without those modules
 learner has the library installed, and can paste its source into the solution cell, or an
 encoded archive of it that the cell unpacks and loads. The grader reads the solution cell's text
 before it runs anything (this module runs in the grader's process, never in the learner's) and
-refuses two things, each with a reason the feedback shows:
+refuses three things, each with a reason the feedback shows:
 
-* **a payload**: more than ``PAYLOAD_CHARS`` characters in string literals and comments. An
-  answer computes its result; it has no use for kilobytes of data or code in text (the course's
-  reference solutions carry at most a few hundred);
+* **more information than an answer holds**: more than ``INFO_BYTES`` bytes once the cell is
+  compressed (zlib, level 9). Whatever the encoding -- text, a number, names, a list of small
+  integers -- a packed library cannot be smaller than what it packs, while an answer, however
+  long-winded, compresses well (the course's longest reference solution: 4,154 characters,
+  1,633 bytes compressed; a packed copy of one of the modules an exercise takes away: tens of
+  kilobytes);
+* **a payload**: more than ``PAYLOAD_CHARS`` characters of literals (strings, numbers) and
+  comments. An answer computes its result; it has no use for kilobytes of data or code in text
+  or in a number (the course's reference solutions carry at most 1,554);
 * **the absent modules' code**: token k-grams of the cell (``K`` tokens, local names
   normalised, attribute names, keywords and literals' kinds kept) winnowed as in MOSS (Schleimer,
   Wilkerson and Aiken, *Winnowing: local algorithms for document fingerprinting*, SIGMOD 2003),
@@ -37,7 +43,8 @@ import keyword
 import os
 import tokenize
 
-PAYLOAD_CHARS = 3000  # characters of string literals and comments one solution cell may hold
+INFO_BYTES = 4096     # bytes one solution cell may hold once compressed (zlib -9)
+PAYLOAD_CHARS = 3000  # characters of literals (strings, numbers) and comments one cell may hold
 K = 12                # tokens per k-gram
 WINDOW = 6            # winnowing window (a shared run of K + WINDOW - 1 tokens is always seen)
 SHARE = 0.5           # fraction of the cell's fingerprints found in the absent modules
@@ -84,12 +91,19 @@ def fingerprints(source: str) -> set[int]:
     return {min(hs[i:i + WINDOW]) for i in range(len(hs) - WINDOW + 1)}
 
 
+def information(source: str) -> int:
+    """Bytes of ``source`` once compressed: a bound from above on what it carries."""
+    import zlib
+
+    return len(zlib.compress(source.encode("utf-8", "surrogatepass"), 9))
+
+
 def payload(source: str) -> int:
-    """Characters of string literals and comments in ``source``."""
+    """Characters of literals (strings, f-strings, numbers) and comments in ``source``."""
     n = 0
     try:
         for tok in tokenize.generate_tokens(io.StringIO(source).readline):
-            if tok.type in (tokenize.STRING, tokenize.COMMENT) or tok.type in _FSTRING:
+            if tok.type in (tokenize.STRING, tokenize.COMMENT, tokenize.NUMBER) or tok.type in _FSTRING:
                 n += len(tok.string)
     except (tokenize.TokenError, IndentationError, SyntaxError):
         return 0
@@ -128,11 +142,16 @@ def _library(path: str) -> set[int]:
 
 def borrowed(source: str, without) -> str | None:
     """Why the solution cell ``source`` is not the learner's own work, or None."""
+    held = information(source)
+    if held > INFO_BYTES:
+        return (f"your solution cell holds {held:,} bytes of information once compressed (at "
+                f"most {INFO_BYTES:,}): an answer computes its result, it does not bring code or "
+                f"data along, in whatever encoding")
     carried = payload(source)
     if carried > PAYLOAD_CHARS:
-        return (f"your solution cell carries {carried:,} characters of strings and comments (at "
+        return (f"your solution cell carries {carried:,} characters of literals and comments (at "
                 f"most {PAYLOAD_CHARS:,}): an answer computes its result, it does not bring code "
-                f"or data along in text")
+                f"or data along in text or numbers")
     mine = fingerprints(source)
     if not mine:
         return None

@@ -35,7 +35,8 @@ import torch.nn.functional as F
 
 from .report import Report
 
-VOCAB, DIM, HEADS, LAYERS, SEQ = 32, 32, 2, 2, 8
+# VOCAB rows divide none of 2, 3, 4 ranks: the embedding and the head shard unevenly
+VOCAB, DIM, HEADS, LAYERS, SEQ = 35, 32, 2, 2, 8
 PER_RANK, LR, MOMENTUM = 4, 0.1, 0.9
 
 # name -> (fully_shard keyword arguments, dtype whose tolerance applies)
@@ -100,16 +101,36 @@ def predict_memory(n_params: int, world: int, shard: tuple = ("params", "grads",
     return out
 
 
-def _local_bytes(model, opt) -> dict:
-    def local(t):
-        t = t.to_local() if hasattr(t, "to_local") else t
-        return t.numel() * t.element_size()
-
+def _held(model, opt) -> dict[str, list]:
     ps = list(model.parameters())
-    return {"params": sum(local(p) for p in ps),
-            "grads": sum(local(p.grad) for p in ps if p.grad is not None),
-            "optimizer": sum(local(v) for s in opt.state.values() for v in s.values()
-                             if torch.is_tensor(v) and v.dim() > 0)}
+    return {"params": ps, "grads": [p.grad for p in ps if p.grad is not None],
+            "optimizer": [v for s in opt.state.values() for v in s.values()
+                          if torch.is_tensor(v) and v.dim() > 0]}
+
+
+def _local(t):
+    return t.to_local() if hasattr(t, "to_local") else t
+
+
+def _local_bytes(model, opt) -> dict:
+    """The bytes of each rank's shards as tensors (``to_local()``: FSDP2's ``torch.chunk`` rows)."""
+    return {part: sum(_local(t).numel() * _local(t).element_size() for t in ts)
+            for part, ts in _held(model, opt).items()}
+
+
+def _storage_bytes(model, opt) -> dict:
+    """The bytes of the storage behind those shards, each storage once: what is allocated.
+    FSDP2 pads every parameter's shard to the size of the first chunk (so the last ranks'
+    shorter views sit in storage as large as rank 0's), and its gradients are views into one
+    padded reduce-scatter output per unit; the optimizer's state is made from the views."""
+    out = {}
+    for part, ts in _held(model, opt).items():
+        seen = {}
+        for t in ts:
+            st = _local(t).untyped_storage()
+            seen[st.data_ptr()] = st.nbytes()
+        out[part] = sum(seen.values())
+    return out
 
 
 def _batch(step: int, rank: int, world: int, dev):
@@ -140,6 +161,7 @@ def _train(model, steps, rank, world, dev, base=None):
         snap = torch.cat([p.detach().double().flatten().cpu() for p in full])
         snaps.append(snap if rank == 0 else None)
     held = _local_bytes(model, opt)
+    held["storage"] = _storage_bytes(model, opt)
     if base is not None:   # GPU: the allocator's view, incl. DDP buckets / FSDP2 buffers kept
         held["cuda_allocated"] = _allocated(dev) - base
     return losses, snaps, held
@@ -216,3 +238,23 @@ def fsdp_vs_ddp(nprocs: int = 2, backend: str = "auto", steps: int = 4,
                     "measured_ddp": [v["ddp"][2] for v in vals]}
         reports.append(r)
     return reports
+
+
+PARTS = ("params", "grads", "optimizer")
+
+
+def memory_table(report: Report) -> str:
+    """Per rank, bytes at rest of params + grads + optimizer state: DDP's; FSDP2's shards as
+    tensors (``to_local()``); the storage FSDP2 allocated for them; the even split
+    (:func:`predict_memory`). Then the storage per part, where padding shows."""
+    m, n = report.memory, len(report.memory["measured"])
+    lines = [f"{'rank':<6}{'DDP':>10}{'FSDP2 shards':>14}{'FSDP2 allocated':>17}{'even split':>12}"]
+    for r in range(n):
+        ddp, held = m["measured_ddp"][r], m["measured"][r]
+        lines.append(f"{r:<6d}{sum(ddp[p] for p in PARTS):>10d}{sum(held[p] for p in PARTS):>14d}"
+                     f"{sum(held['storage'][p] for p in PARTS):>17d}"
+                     f"{m['predicted']['total']:>12.0f}")
+    lines.append("allocated per part: " + "; ".join(
+        f"rank {r}: " + ", ".join(f"{p} {m['measured'][r]['storage'][p]}" for p in PARTS)
+        for r in range(n)))
+    return "\n".join(lines)

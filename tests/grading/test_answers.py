@@ -44,4 +44,4 @@ def test_wrong_answers_pass_the_visible_tests_and_fail_the_hidden_ones(aid, no_o
         if t.label.endswith("pasted in"):  # refused for what it is, before it runs
             assert "which this exercise takes away" in said, said[:300]
         if t.label.endswith("packed in"):
-            assert "characters of strings and comments" in said, said[:300]
+            assert "bytes of information once compressed" in said, said[:300]

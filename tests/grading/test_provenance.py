@@ -105,5 +105,47 @@ def test_a_packed_copy_is_refused():
     cell = (f"import base64, zlib\n_B = {blob!r}\nexec(zlib.decompress(base64.b64decode(_B)))\n"
             "def fit_alpha_beta(sizes, times_us):\n    return fit(sizes, times_us)\n")
     why = borrowed(cell, ("dtlab.bench",))
-    assert why and "characters of strings and comments" in why
+    assert why and "bytes of information once compressed" in why
     assert provenance.payload(cell) > provenance.PAYLOAD_CHARS
+
+
+DIAGNOSE_PKG = os.path.join(ROOT, "dtlab", "hang", "diagnose")
+
+
+def _packed():
+    src = b"".join(open(p, "rb").read() for p in sorted(glob.glob(os.path.join(DIAGNOSE_PKG, "*.py"))))
+    return zlib.compress(src, 9)
+
+
+LOADER = "import zlib\nexec(zlib.decompress({expr}))\ndef classify(d):\n    return 'oom'\n"
+
+
+@pytest.mark.parametrize("how", ["a number", "a list of small numbers", "names", "many short strings"])
+def test_a_copy_packed_in_any_encoding_is_refused(how):
+    """The red team's encodings (grading issue): the library as one huge integer literal, which
+    no count of strings saw; and as names or small pieces, which no one token shows."""
+    data = _packed()
+    if how == "a number":
+        cell = LOADER.format(expr=f"(0x{data.hex()}).to_bytes({len(data)}, 'big')")
+    elif how == "a list of small numbers":
+        cell = LOADER.format(expr=f"bytes({list(data)})")
+    elif how == "names":  # one identifier per 20 bytes, decoded from the names themselves
+        hexed = data.hex()
+        names = [f"x{hexed[i:i + 40]}" for i in range(0, len(hexed), 40)]
+        cell = "".join(f"{n} = 0\n" for n in names) + LOADER.format(
+            expr="bytes.fromhex(''.join(k[1:] for k in dict(globals()) if k.startswith('x')))")
+    else:
+        hexed = data.hex()
+        cell = LOADER.format(expr="bytes.fromhex(''.join([" + ", ".join(
+            repr(hexed[i:i + 8]) for i in range(0, len(hexed), 8)) + "]))")
+    why = borrowed(cell, ("dtlab.hang",))
+    assert why and "bytes of information once compressed" in why, why
+
+
+def test_the_information_bound_has_room_for_a_long_winded_answer():
+    """Four times the longest reference solution's text, comments and all, with names of its
+    own: still under the bound."""
+    longest = max((ref for *_, ref, _ in EXERCISES), key=len)
+    verbose = "\n".join(f"# step {i}: explain in plain words what the next lines do and why\n"
+                        + longest.replace("def ", f"def v{i}_") for i in range(4))
+    assert provenance.information(verbose) < provenance.INFO_BYTES

@@ -7,7 +7,8 @@ GPU-only -- and memory per rank, predicted vs measured. One launch (~6 s on 2 CP
 import pytest
 
 from dtlab.parity import TOLERANCE
-from dtlab.parity.fsdp import LAYERS, SETTINGS, ZERO_STAGES, fsdp_vs_ddp, predict_memory
+from dtlab.parity.fsdp import (LAYERS, PARTS, SETTINGS, ZERO_STAGES, fsdp_vs_ddp, memory_table,
+                               predict_memory)
 from conftest import assert_no_descendants
 
 
@@ -32,12 +33,25 @@ def test_float32_is_bitwise_on_two_gloo_ranks_and_bf16_is_not(reports):
     assert 0 < reports["fsdp2_bf16_mixed"].max_abs_diff < TOLERANCE[("bfloat16", "gloo")]
 
 
-def test_memory_measured_is_predicted_and_half_of_ddp(reports):
+def test_memory_shards_follow_the_chunks_and_storage_is_padded(reports):
+    """The vocabulary's 35 rows split 18 + 17 over 2 ranks: rank 1's shard views are shorter,
+    together they are DDP's copy; FSDP2 allocates parameter and gradient storage padded to
+    rank 0's chunk, so that storage is equal on both ranks; the optimizer's momentum is made
+    from the views and follows them."""
     for r in reports.values():
-        pred, ddp = r.memory["predicted"], r.memory["measured_ddp"][0]
-        for rank_bytes in r.memory["measured"]:
-            for part in ("params", "grads", "optimizer"):
-                assert rank_bytes[part] == pred[part] == ddp[part] / 2
+        ddp, (r0, r1) = r.memory["measured_ddp"][0], r.memory["measured"]
+        for part in ("params", "grads", "optimizer"):
+            assert r0[part] + r1[part] == ddp[part] and r0[part] > r1[part]
+            assert r0[part] > r.memory["predicted"][part] > r1[part]  # the even split: neither
+        for part in ("params", "grads"):
+            assert r0["storage"][part] == r1["storage"][part] == r0[part]
+        assert r1["storage"]["optimizer"] == r1["optimizer"]
+        table = memory_table(r).splitlines()
+        assert table[0].split() == ["rank", "DDP", "FSDP2", "shards", "FSDP2", "allocated",
+                                    "even", "split"]
+        assert [int(x) for x in table[2].split()[1:4]] == [
+            sum(ddp[p] for p in PARTS), sum(r1[p] for p in PARTS),
+            sum(r1["storage"][p] for p in PARTS)]
 
 
 def test_predict_memory_by_zero_stage():
