@@ -102,11 +102,11 @@ def composed_all_reduce(traffic, inputs: list[list[list]], n: int) -> list[str]:
     return problems
 
 
-def carried(traffic, rank: int, number: int) -> bool:
-    """True if some message ``rank`` sent (a send, or its part of a collective) holds
-    ``number`` as one of its elements."""
-    return any(m.rank == rank and m.op not in ("recv", "mark", "fetch") and number in values(m)
-               for m in traffic)
+def carried(traffic, rank: int, number: int, ops: tuple[str, ...] | None = None) -> bool:
+    """True if some message ``rank`` sent (a send, or its part of a collective; with ``ops``,
+    one of those operations) holds ``number`` as one of its elements."""
+    return any(m.rank == rank and m.op not in ("recv", "mark", "fetch")
+               and (ops is None or m.op in ops) and number in values(m) for m in traffic)
 
 
 def within(traffic, allowed: set[str], per_case: dict[str, int], key: str = "case") -> list[str]:

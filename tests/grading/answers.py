@@ -171,6 +171,13 @@ SHORTCUTS = {
     GP: [("all_gather_object: the pids as pickled bytes",
           lambda: "def gather_pids():\n    out = [None] * dist.get_world_size()\n"
                   "    dist.all_gather_object(out, os.getpid())\n    return out\n"),
+         # the second red team's: all_gather_object for the answer, the pid sent as a number by
+         # another collective only to be seen leaving
+         ("all_gather_object, and the pid shown in an all_reduce",
+          lambda: "def gather_pids():\n    out = [None] * dist.get_world_size()\n"
+                  "    dist.all_gather_object(out, os.getpid())\n"
+                  "    dist.all_reduce(torch.tensor([os.getpid()], dtype=torch.int64))\n"
+                  "    return out\n"),
          ("the process table",
           lambda: "def gather_pids():\n    import psutil\n"
                   "    return sorted(p.pid for p in psutil.Process(os.getppid()).children())\n")],
