@@ -21,3 +21,13 @@ c.Autograde.autograde_preprocessors = autograde_preprocessors()
 # A test cell the student deleted is put back from the gradebook and graded; edited test cells
 # are always restored from the source (checksums), whatever this says.
 c.OverwriteCells.add_missing_cells = True
+
+# --- what feedback shows ---------------------------------------------------------------------------
+# The autograded notebook holds every hidden test's source (nbgrader restores it to run it);
+# feedback is what a student reads, and a hidden input read there is no longer hidden (a second
+# red team answered three exercises by lookup from it). Feedback clears the hidden blocks, as
+# the released notebook does; a failed hidden test still shows its error.
+from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor  # noqa: E402
+from nbgrader.preprocessors import ClearHiddenTests, GetGrades  # noqa: E402
+
+c.GenerateFeedback.preprocessors = [GetGrades, ClearHiddenTests, CSSHTMLHeaderPreprocessor]

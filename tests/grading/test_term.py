@@ -199,6 +199,8 @@ def test_feedback_and_the_instructors_report(term, tmp_path, capsys):
     pages = capsys.readouterr().out.split()
     page = {p.split(os.sep)[-3]: open(p).read() for p in pages}
     assert "Score: 5.0 / 5.0" in page["hana"] and "Score: 0.0 / 5.0" in page["ivo"]
+    for text in page.values():  # a hidden input read in feedback is hidden no more
+        assert "HIDDEN TESTS" not in text and "unseen_sweep" not in text
     csv = tmp_path / "grades.csv"
     assert cli.main(["course", "report", "--root", term.root, "--db", term.db, "--csv", str(csv)]) == 0
     said = capsys.readouterr().out
