@@ -43,7 +43,9 @@ def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
 
 
 def namespaces() -> list[str]:
-    """Every network namespace's name (``ip netns list``)."""
+    """Every network namespace's name (``ip netns list``; none where there is no ``ip``)."""
+    if not shutil.which("ip"):
+        return []
     out = _ip("netns", "list", check=False).stdout
     return [line.split()[0] for line in out.splitlines() if line.strip()]
 
