@@ -1,0 +1,45 @@
+"""Hidden inputs that change with every grading session: a launch console's addresses, ports and
+host names renamed, consistently, with the session's random generator (:func:`course.rng`).
+
+A hidden console that is the same text at every grading is answered by a table of last time's
+answers (the second red team did it: the IP addresses, ports and NIC names of the consoles it had
+read, mapped to the fault). Renamed, the text keeps every relation a reader reasons with -- the
+port a client dialled is or is not the one the store listens on, an address is or is not the
+first node's -- and loses every literal a table could key on::
+
+    text = disguise.console(console_text, course.rng())
+"""
+
+from __future__ import annotations
+
+import random
+import re
+
+_IP = r"(?<![\d.])(?:\d{1,3}\.){3}\d{1,3}(?![\d.])"
+_PORT = re.compile(rf"(?P<pre>{_IP}:|{_IP}, |port = |\[::\]:)(?P<port>\d{{2,5}})\b")
+_HOST = re.compile(r"^==> (\S+) <==$", re.M)
+_KEEP_IPS = {"0.0.0.0", "127.0.0.1"}
+
+
+def console(text: str, rng: random.Random) -> str:
+    """``text`` with each distinct port, IPv4 address and ``==> host <==`` name replaced by a
+    distinct random one (the same replacement wherever it occurs)."""
+    ports = {p: None for p in (m.group("port") for m in _PORT.finditer(text))}
+    fresh = rng.sample(range(1024, 65000), len(ports))
+    port_of = dict(zip(ports, map(str, fresh)))
+    text = _PORT.sub(lambda m: m.group("pre") + port_of[m.group("port")], text)
+
+    ips = [ip for ip in dict.fromkeys(re.findall(_IP, text)) if ip not in _KEEP_IPS]
+    new_ips: dict[str, str] = {}
+    while len(new_ips) < len(ips):
+        cand = f"10.{rng.randint(0, 255)}.{rng.randint(0, 255)}.{rng.randint(1, 254)}"
+        if cand not in new_ips.values() and cand not in ips:
+            new_ips[ips[len(new_ips)]] = cand
+    text = re.sub(_IP, lambda m: new_ips.get(m.group(0), m.group(0)), text)
+
+    hosts = list(dict.fromkeys(_HOST.findall(text)))
+    prefix = rng.choice(("node", "gpu", "host", "worker", "trn"))
+    names = rng.sample(range(100, 1000), len(hosts))
+    for old, num in zip(hosts, names):
+        text = re.sub(rf"(?<![\w.-]){re.escape(old)}(?![\w-])", f"{prefix}{num}", text)
+    return text
