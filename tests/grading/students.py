@@ -185,13 +185,14 @@ COURSE = ("00_launch", "01_collectives", "02_bandwidth", "03_topology", "04_mult
           "05_parity", "06_nccl", "07_hangs", "08_capstone")
 # student -> {assignment: how the notebook is made from the solved one}
 CLASS = {
-    "hana": {a: None for a in ("02_bandwidth", "03_topology", "04_multinode", "06_nccl")},
     "ivo": {"02_bandwidth": ivo, "03_topology": ivo03},
     "jun": {"04_multinode": jun},
     "kai": {"01_collectives": kai},
     "lou": {"06_nccl": lou},
 }
-# what each attacked exercise must score (every other exercise of theirs: full, as hana's)
+# what each attacked exercise must score (every other exercise of theirs: as hana's, the honest
+# student graded beside them in test_term.py)
+HONEST = "hana"
 ZEROS = {"ivo": {"fit_alpha_beta_tests", "slow_pairs_tests", "slowest_pairs_tests", "nearest_nic_tests"},
          "jun": {"check_world_tests", "name_fault_tests"},
          "kai": {"check_all_gather_tests", "ring_all_gather_tests", "composed_all_reduce_tests"},
@@ -223,4 +224,5 @@ def write_class(inbox: str, root: str, students: dict | None = None,
     return out
 
 
-__all__ = ["solved", "reference", "write_class", "CLASS", "COURSE", "ZEROS", "CORRUPT", "MARKER"]
+__all__ = ["solved", "reference", "write_class", "CLASS", "COURSE", "ZEROS", "CORRUPT", "MARKER",
+           "HONEST"]
