@@ -10,7 +10,7 @@ its autograde runs with Execute replaced by Replay, which puts in the outputs `d
 grade` produced, so the gradebook, formgrader and feedback work as in any nbgrader course.
 """
 
-from dtlab.course.execute import autograde_preprocessors, sanitize_preprocessors
+from dtlab.course.execute import autograde_preprocessors, feedback_preprocessors, sanitize_preprocessors
 
 c = get_config()  # noqa: F821 (defined by traitlets when it runs this file)
 
@@ -25,9 +25,7 @@ c.OverwriteCells.add_missing_cells = True
 # --- what feedback shows ---------------------------------------------------------------------------
 # The autograded notebook holds every hidden test's source (nbgrader restores it to run it);
 # feedback is what a student reads, and a hidden input read there is no longer hidden (a second
-# red team answered three exercises by lookup from it). Feedback clears the hidden blocks, as
-# the released notebook does; a failed hidden test still shows its error.
-from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor  # noqa: E402
-from nbgrader.preprocessors import ClearHiddenTests, GetGrades  # noqa: E402
-
-c.GenerateFeedback.preprocessors = [GetGrades, ClearHiddenTests, CSSHTMLHeaderPreprocessor]
+# red team answered three exercises by lookup from it). Feedback clears the hidden blocks, as the
+# released notebook does, and shows a test's error as its type and message only: a traceback
+# prints the hidden lines around the one that failed.
+c.GenerateFeedback.preprocessors = feedback_preprocessors()

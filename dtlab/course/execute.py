@@ -118,6 +118,27 @@ class Posers(NbGraderPreprocessor):
         return nb, resources
 
 
+class ShortErrors(NbGraderPreprocessor):
+    """For feedback: an error in a test cell shows its type and message, not its traceback.
+    A traceback prints the lines around the one that failed, and in a test cell those are the
+    hidden tests' source: nbgrader's ClearHiddenTests clears the cell, not its outputs."""
+
+    def preprocess_cell(self, cell, resources, index):
+        if cell.cell_type == "code" and cell.metadata.get("nbgrader", {}).get("grade"):
+            for out in cell.get("outputs", []):
+                if out.get("output_type") == "error":
+                    out["traceback"] = [f"{out.get('ename', 'Error')}: {out.get('evalue', '')}"]
+        return cell, resources
+
+
+def feedback_preprocessors() -> list:
+    """nbgrader's feedback pipeline with the hidden tests cleared, source and tracebacks."""
+    from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
+    from nbgrader.preprocessors import ClearHiddenTests, GetGrades
+
+    return [GetGrades, ClearHiddenTests, ShortErrors, CSSHTMLHeaderPreprocessor]
+
+
 def sanitize_preprocessors() -> list:
     """nbgrader's sanitize pipeline with :class:`Posers` before OverwriteCells."""
     from nbgrader.converters import Autograde
