@@ -27,6 +27,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from dtlab.capstone.mfu import percent  # noqa: E402
 from dtlab.capstone.model import CONFIGS  # noqa: E402
 
 GOAL = 1.02
@@ -157,8 +158,7 @@ def main(argv=None) -> int:
     for name in ("dtlab", "hf"):
         for r in ranks:
             d = r["models"][name]
-            mfu = f"{100 * d['mfu']:.1f}%" if d.get("mfu") is not None else "-"
-            frac = f"{100 * d['of_matmul']:.1f}%" if d.get("of_matmul") is not None else "-"
+            mfu, frac = percent(d.get("mfu")), percent(d.get("of_matmul"))
             mem = f"{d['peak_bytes'] / 2**30:.1f}" if d["peak_bytes"] is not None else "-"
             rounds = " ".join(f"{t * 1e3:.1f}" for t in d["round_median_s"])
             print(f"{name:>6} {r['rank']:>4} {d['step_s'] * 1e3:>8.1f} {d['tokens_per_s']:>10.0f} "

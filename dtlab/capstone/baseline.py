@@ -121,7 +121,7 @@ def format_baseline(b: dict, gpu: str | None = None) -> str:
     """The baseline as text. MFU is computed here, from each rank's tokens/s, the model's
     configuration and its GPU's datasheet peak (:mod:`.mfu`), never read from the record: a record
     made before the GPU's name was stored takes it as ``gpu`` (its README says what ran it)."""
-    from .mfu import mfu
+    from .mfu import mfu, percent
     from .model import Config, flops_per_token
 
     fpt = flops_per_token(Config(**b["config"]))
@@ -131,10 +131,9 @@ def format_baseline(b: dict, gpu: str | None = None) -> str:
     for r in b["throughput"]:
         mem = f"{r['peak_bytes'] / 2**20:.0f}" if r["peak_bytes"] is not None else "-"
         name = r.get("gpu") or (gpu if str(r["device"]).startswith("cuda") else None)
-        u = mfu(fpt, r["tokens_per_s"], name)
         lines.append(f"{r['rank']:>4} {r['device']:>8} {r['step_s'] * 1e3:>9.1f} "
                      f"{r['tokens_per_s']:>10.0f} {mem:>9} "
-                     f"{f'{100 * u:.1f}%' if u is not None else '-':>6}")
+                     f"{percent(mfu(fpt, r['tokens_per_s'], name)):>6}")
     t = b["nccl"]
     if t is None:
         lines.append(f"NCCL: {b['nccl_note']}")

@@ -239,7 +239,7 @@ def hang(bug: str = "extra_metric", nprocs: int | None = 2, backend: str = "auto
     bug; ``baseline``, a folder from :func:`dtlab.capstone.baseline.baseline`, adds what the
     broken run did differently from the clean one. Returns the report described in the module
     docstring."""
-    from ..hang.diagnose import diagnose
+    from ..hang.diagnose.verdict import decide
     from ..runtime import HangError, RankError
     from ..runtime.launch import launch
     from ..runtime.plan import resolve
@@ -272,7 +272,8 @@ def hang(bug: str = "extra_metric", nprocs: int | None = 2, backend: str = "auto
     except (RankError, HangError) as e:
         outcome, error = type(e).__name__, str(e).splitlines()[0]
     wall = time.monotonic() - t0
-    d = diagnose(out)
+    facts = _facts(out)   # the evidence read once, for the verdict and the sites alike
+    d = decide(facts)
     with open(os.path.join(out, "diagnosis.json"), "w") as f:
         json.dump(d.to_dict(), f, indent=2)
     report = {"bug": bug, "what": b.what, "nprocs": n, "backend": be, "culprit_rank": culprit,
@@ -280,8 +281,8 @@ def hang(bug: str = "extra_metric", nprocs: int | None = 2, backend: str = "auto
               "wall_s": round(wall, 1),
               "expected": {"behaviour": behaviour, "failure_class": b.expect_class,
                            "looks_like": looks_like, "fix": FIXES[bug]},
-              "diagnosis": {**d.to_dict(), "sites": _sites(out, range(n)),
-                            "site_sources": site_sources(out, range(n))},
+              "diagnosis": {**d.to_dict(), "sites": _sites(out, range(n), facts),
+                            "site_sources": site_sources(out, range(n), facts)},
               "baseline": None}
     if baseline is not None:
         from .baseline import compare
@@ -290,27 +291,30 @@ def hang(bug: str = "extra_metric", nprocs: int | None = 2, backend: str = "auto
     return report
 
 
-def _sites(path: str, ranks) -> dict[int, str]:
-    """Where each rank's stack or traceback shows it (its own code's innermost line), from the
-    same evidence the diagnosis read."""
+def _facts(path: str):
+    """What ``dtlab diagnose`` gathers from the evidence folder ``path``."""
     from ..hang.diagnose.facts import gather
     from ..hang.diagnose.load import load
+
+    return gather(load(path))
+
+
+def _sites(path: str, ranks, facts=None) -> dict[int, str]:
+    """Where each rank's stack or traceback shows it (its own code's innermost line), from the
+    same evidence the diagnosis read (``facts``, when the caller has gathered it already)."""
     from ..hang.diagnose.verdict import Verdict
 
-    v = Verdict(gather(load(path)))
+    v = Verdict(facts or _facts(path))
     return {str(r): s for r in ranks if (s := v.site_of(r))}
 
 
-def site_sources(path: str, ranks) -> dict[str, list[dict]]:
+def site_sources(path: str, ranks, facts=None) -> dict[str, list[dict]]:
     """Every place the evidence puts each rank, each with where it comes from, freshest kind
     first: the traceback it died with, its stack (py-spy or faulthandler, and when: at the quiet
     snapshot, at the timeout), and the line that issued its last collective in its Flight
     Recorder dump. A snapshot taken in a quiet spell and a dump written later can disagree;
     both are shown, labelled, rather than one passed off as the other."""
-    from ..hang.diagnose.facts import gather
-    from ..hang.diagnose.load import load
-
-    f = gather(load(path))
+    f = facts or _facts(path)
     out: dict[str, list[dict]] = {}
     for r in ranks:
         seen = []

@@ -56,6 +56,11 @@ def mfu(flops_per_token: float, tokens_per_s: float, gpu_name: str | None) -> fl
     return flops_per_token * tokens_per_s / peak[0] if peak else None
 
 
+def percent(fraction: float | None) -> str:
+    """A fraction as the tables print it (``36.2%``), ``-`` when there is none."""
+    return f"{100 * fraction:.1f}%" if fraction is not None else "-"
+
+
 def of_matmul(flops_per_token: float, tokens_per_s: float, matmul_flops: float | None
               ) -> float | None:
     """The same FLOPs over the bf16 matmul rate measured on that GPU in the same job (not MFU)."""

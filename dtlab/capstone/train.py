@@ -37,7 +37,7 @@ import sys
 import tempfile
 import time
 
-from .mfu import datasheet_peak
+from .mfu import datasheet_peak, percent
 from .model import CONFIGS
 
 WARMUP_STEPS = 2   # not timed: allocator growth, first all-gathers, kernel selection
@@ -176,14 +176,15 @@ def rank_train(size: str = "tiny", steps: int = 30, batch: int | None = None,
                   file=sys.stderr, flush=True)
     step_s = step_time(times)
     tps = cfg.batch * cfg.seq / step_s
+    fpt = flops_per_token(cfg)
     return {"rank": rank, "world": world, "device": str(dev), "backend": dist.get_backend(),
             "size": size, "config": cfg.to_json(), "n_params": n_params(cfg), "data": data,
             "losses": losses, "local_losses": local, "step_times_s": times, "step_s": step_s,
             "tokens_per_s": tps, "matmul_flops": peak, "gpu": gpu,
             "local_numel": sum(p.to_local().numel() for p in model.parameters()),
             "peak_bytes": torch.cuda.max_memory_allocated(dev) if dev.type == "cuda" else None,
-            "mfu": mfu(flops_per_token(cfg), tps, gpu) if dev.type == "cuda" else None,
-            "of_matmul": of_matmul(flops_per_token(cfg), tps, peak),
+            "mfu": mfu(fpt, tps, gpu) if dev.type == "cuda" else None,
+            "of_matmul": of_matmul(fpt, tps, peak),
             "torch": torch.__version__}
 
 
@@ -251,10 +252,6 @@ def train(size: str = "tiny", steps: int = 30, nprocs: int | None = 2, backend: 
     return out
 
 
-def _pct(x) -> str:
-    return f"{100 * x:.1f}%" if x is not None else "-"
-
-
 def progress_mode(progress: bool | str) -> str | None:
     """"bar" (a notebook kernel), "lines" (elsewhere) or None, from ``train(progress=...)``."""
     from ..runtime.output import in_notebook_kernel
@@ -281,8 +278,8 @@ def format_summary(s: dict) -> str:
         mem = f"{r['peak_bytes'] / 2**20:.0f}" if r["peak_bytes"] is not None else "-"
         tf = f"{r['matmul_flops'] / 1e12:.0f}" if r["matmul_flops"] else "-"
         lines.append(f"{r['rank']:>4} {r['device']:>8} {r['step_s'] * 1e3:>9.1f} "
-                     f"{r['tokens_per_s']:>10.0f} {mem:>9} {_pct(r.get('mfu')):>6} {tf:>11} "
-                     f"{_pct(r.get('of_matmul')):>9}")
+                     f"{r['tokens_per_s']:>10.0f} {mem:>9} {percent(r.get('mfu')):>6} {tf:>11} "
+                     f"{percent(r.get('of_matmul')):>9}")
     gpus = {r.get("gpu") for r in s["ranks"]} - {None}
     unknown = [g for g in gpus if datasheet_peak(g) is None]
     lines.append(f"ms/step: median after {WARMUP_STEPS} warm-up steps. MFU: (6N + 12 L d s) x "

@@ -24,7 +24,7 @@ _KEEP_IPS = {"0.0.0.0", "127.0.0.1"}
 def console(text: str, rng: random.Random) -> str:
     """``text`` with each distinct port, IPv4 address and ``==> host <==`` name replaced by a
     distinct random one (the same replacement wherever it occurs)."""
-    ports = {p: None for p in (m.group("port") for m in _PORT.finditer(text))}
+    ports = dict.fromkeys(m.group("port") for m in _PORT.finditer(text))
     fresh = rng.sample(range(1024, 65000), len(ports))
     port_of = dict(zip(ports, map(str, fresh)))
     text = _PORT.sub(lambda m: m.group("pre") + port_of[m.group("port")], text)

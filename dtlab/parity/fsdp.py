@@ -38,6 +38,7 @@ from .report import Report
 # VOCAB rows divide none of 2, 3, 4 ranks: the embedding and the head shard unevenly
 VOCAB, DIM, HEADS, LAYERS, SEQ = 35, 32, 2, 2, 8
 PER_RANK, LR, MOMENTUM = 4, 0.1, 0.9
+PARTS = ("params", "grads", "optimizer")   # what a rank holds at rest, per parameter
 
 # name -> (fully_shard keyword arguments, dtype whose tolerance applies)
 SETTINGS = {"fsdp2_fp32": ({"reshard_after_forward": True}, "float32"),
@@ -239,8 +240,6 @@ def fsdp_vs_ddp(nprocs: int = 2, backend: str = "auto", steps: int = 4,
         reports.append(r)
     return reports
 
-
-PARTS = ("params", "grads", "optimizer")
 
 
 def memory_table(report: Report) -> str:

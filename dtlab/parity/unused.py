@@ -115,9 +115,9 @@ def _rank_cost(model: str, steps: int, warmup: int, per_rank_batch: int, threads
         for name, (ddp, opt) in runs.items():
             times[name].append(step(ddp, opt))
     rows = []
+    quiet_profiler(torch.cuda.is_available() and dist.get_backend() == "nccl")
     for name, (ddp, opt) in runs.items():
         dist.barrier()
-        quiet_profiler(torch.cuda.is_available() and dist.get_backend() == "nccl")
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             for _ in range(profiled):
                 step(ddp, opt)

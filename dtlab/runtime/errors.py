@@ -168,7 +168,8 @@ class HangError(_ShortTraceback, TimeoutError):
                     f"start_timeout={self.timeout:g} s of launch (start-up: a fresh interpreter, "
                     f"imports, joining the process group)")
         else:
-            head = f"{where}: timed out after {self.timeout:g} s with rank(s) {', '.join(map(str, live))} still running"
+            head = (f"{where}: timed out after {self.timeout:g} s with rank(s) "
+                    f"{', '.join(map(str, live))} still running")
         lines = [
             head
             + (f" (rank(s) {', '.join(map(str, self.finished))} had finished)" if self.finished else "")

@@ -35,6 +35,7 @@ import os
 import shutil
 import stat
 import sys
+import tempfile
 import time
 from typing import Callable  # noqa: F401 (annotations)
 
@@ -44,16 +45,12 @@ EVIDENCE_ROOT = "dtlab-evidence"
 def evidence_root() -> str:
     """The folder new evidence folders go in (the module docstring says which)."""
     if os.environ.get("NBGRADER_EXECUTION") and not os.environ.get("DTLAB_EVIDENCE_ROOT"):
-        import tempfile
-
         return os.path.join(tempfile.gettempdir(), f"dtlab-evidence-{os.getuid()}")
     return os.path.abspath(os.environ.get("DTLAB_EVIDENCE_ROOT") or EVIDENCE_ROOT)
 
 
 def new_folder(name: str) -> str:
     """A new, empty evidence folder ``<root>/<name>-<date>-<time>-<n>`` (0700), made now."""
-    import tempfile
-
     root = evidence_root()
     os.makedirs(root, exist_ok=True)
     return tempfile.mkdtemp(prefix=f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-", dir=root)
