@@ -7,7 +7,8 @@ environment), each in a session of its own with stdout and stderr merged into
 caller dies (SIGKILL included) the agents and everything they started die too; :meth:`stop`
 (also run at interpreter exit) escalates SIGTERM -> SIGKILL over each agent's process group and
 every descendant seen while it ran -- a torchrun agent starts its workers in sessions of their
-own, so signalling the group alone would leave them. Used by :mod:`dtlab.multinode`::
+own, so signalling the group alone would leave them; what the caller made outside the run folder
+and names with :meth:`undo_if_killed` the reaper removes too. Used by :mod:`dtlab.multinode`::
 
     with Agents(run_dir) as ag:
         ag.start("node0", ["python", "-m", "torch.distributed.run", ...], env)
@@ -21,6 +22,7 @@ module only owns their lifetime, as :mod:`.procs` owns the ranks'.
 from __future__ import annotations
 
 import atexit
+import json
 import os
 import signal
 import subprocess
@@ -63,6 +65,12 @@ class Agents:
         self.procs[name], self.logs[name], self.exit_codes[name] = p, log, None
         reaper.tell(self._reaper, f"pid {p.pid}")
         return p.pid
+
+    def undo_if_killed(self, argv: list[str]) -> None:
+        """Should the caller die before :meth:`stop` (SIGKILL included), the reaper runs ``argv``
+        once the agents are ended: for what the caller made outside the run folder, e.g.
+        ``["ip", "netns", "delete", NAME]``. The caller still undoes it itself on a normal exit."""
+        reaper.tell(self._reaper, "undo " + json.dumps(argv))
 
     def poll(self) -> dict[str, int | None]:
         self._remember()
