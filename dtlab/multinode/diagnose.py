@@ -23,6 +23,11 @@ no_failure         the check ran and the world is whole
 launch_failed      anything else (the last error line of each failed node is the evidence)
 =================  ==========================================================================
 
+A store error in a run that worked -- every started agent exited 0 and the check found the world
+whole -- names no failure: torchrun's hosting agent may leave before another agent has closed the
+rendezvous, which then logs "failed to shutdown the rendezvous ... RendezvousConnectionError".
+It stays in the evidence.
+
 Only the launch lines tell which address and port each node dialled and which node hosts; the
 rest is read from the consoles, so the same function reads a real cluster's logs.
 """
@@ -82,6 +87,13 @@ def diagnose(consoles: dict[str, str], codes: dict[str, int | None], report: dic
                     f"nodes waited for them. Name an interface every node has (ip -br addr).")
 
     failed_connect = {n: t for n, t in consoles.items() if _STORE_FAIL.search(t)}
+    if failed_connect and _succeeded(codes, report, plan):
+        # a store error that stopped nothing: typically an agent closing the rendezvous after
+        # the hosting agent had left (torchrun's shutdown race) -- evidence, not the verdict
+        for n, t in failed_connect.items():
+            note(logs[n], "console", f"did not stop the run (every agent exited 0, the world is "
+                 f"whole): {_line(t, _STORE_FAIL)}")
+        failed_connect = {}
     if failed_connect:
         for n, t in failed_connect.items():
             targets = {(a, int(p)) for a, p in _CONNECT_TO.findall(t)}
@@ -152,6 +164,12 @@ def diagnose(consoles: dict[str, str], codes: dict[str, int | None], report: dic
         return done("launch_failed", "the rendezvous timed out; see each node's last error")
     return done("launch_failed", "the launch failed before the check reported; see each node's "
                 "last error")
+
+
+def _succeeded(codes: dict[str, int | None], report: dict | None, plan: list[dict]) -> bool:
+    """Every started agent exited 0 and the check found the world whole."""
+    return (report is not None and bool(report.get("ok"))
+            and all(codes.get(p["name"]) == 0 for p in plan if p["start"]))
 
 
 def _note_host_timeout(consoles, plan, logs, note) -> None:
