@@ -25,8 +25,28 @@ def values(msg, which: str = "data") -> list:
     return torch.frombuffer(bytearray(raw), dtype=_dtype(msg.dtype)).tolist()
 
 
+def forged(traffic, key: str = "call") -> str:
+    """Where a rank's marks are not the harness's (``key`` 0, 1, ..., C in order, the same on
+    every rank), in words; empty if they are. Rank code can send a mark too: traffic filed under
+    a call the harness never made would escape the per-call checks."""
+    seen: dict[int, list] = {}
+    for m in traffic:
+        if m.op == "mark":
+            seen.setdefault(m.rank, []).append(m.info or {})
+    runs = {r: [i.get(key) if set(i) == {key} else i for i in infos] for r, infos in seen.items()}
+    for r, got in sorted(runs.items()):
+        if got != list(range(len(got))) or got != runs[min(runs)]:
+            return (f"rank {r} marked {_short(got)}, not the harness's {key}s 0, 1, ... in order: "
+                    f"code that marks its own {key}s hides traffic from these checks")
+    return ""
+
+
 def by_call(traffic, key: str = "call") -> dict[tuple[int, int], list]:
-    """{(rank, call): its messages}, marks left out."""
+    """{(rank, call): its messages}, marks left out. Raises AssertionError if a rank's marks are
+    not the harness's (:func:`forged`)."""
+    problem = forged(traffic, key)
+    if problem:
+        raise AssertionError(problem)
     out: dict[tuple[int, int], list] = {}
     for m in traffic:
         k = (m.info.get("mark") or {}).get(key)

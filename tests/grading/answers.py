@@ -236,7 +236,19 @@ SHORTCUTS = {
           "    from dtlab.multinode.diagnose import diagnose\n"
           "    return diagnose(split_consoles(console_text), {}, None, [])['failure_class']\n")],
     TR: [("the whole data set read on every rank", lambda: "def train(model, data, steps, per_rank, lr, seed):\n"
-          "    x, y = data.x, data.y\n")],
+          "    x, y = data.x, data.y\n"),
+         ("the batch all-gathered and trained whole on every rank, all-reduces of zeros for show",
+          lambda: "def train(model, data, steps, per_rank, lr, seed):\n"
+          "    n = dist.get_world_size()\n    sampler = DistributedSampler(data, shuffle=True, seed=seed)\n"
+          "    loader = DataLoader(data, batch_size=per_rank, sampler=sampler)\n"
+          "    opt = torch.optim.SGD(model.parameters(), lr=lr)\n    step, epoch = 0, 0\n"
+          "    while step < steps:\n        sampler.set_epoch(epoch)\n        for x, y in loader:\n"
+          "            xs, ys = [torch.empty_like(x) for _ in range(n)], [torch.empty_like(y) for _ in range(n)]\n"
+          "            dist.all_gather(xs, x)\n            dist.all_gather(ys, y)\n            opt.zero_grad()\n"
+          "            F.cross_entropy(model(torch.cat(xs)), torch.cat(ys)).backward()\n"
+          "            for p in model.parameters():\n                dist.all_reduce(torch.zeros_like(p))\n"
+          "            opt.step()\n            step += 1\n            if step == steps:\n                break\n"
+          "        epoch += 1\n")],
     PM: [("dtlab.parity's own", lambda: "def predict_memory_per_rank(param_shapes, nranks, shard=('params', 'grads', 'optimizer'), optimizer='momentum'):\n"
           "    from dtlab.parity.fsdp import predict_memory\n    return predict_memory(param_shapes, nranks, shard, optimizer)\n")],
     TC: [("dtlab's NCCL log parser", lambda: "def transport_and_channels(log_text):\n"

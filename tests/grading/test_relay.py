@@ -121,3 +121,33 @@ def test_a_deadlock_is_named_not_waited_out(no_orphans):
 def test_cpu_time_bounds_a_busy_rank(no_orphans):
     out = observed.run(spin, [(), ()], cpu_s=4)
     assert "more than 4 s of CPU time" in out.stopped
+
+
+def test_marks_of_the_ranks_own_are_named_not_trusted():
+    """Rank code can send marks as the harness does: traffic filed under a call the harness never
+    made must not slip past the per-call checks (dtlab.course.traffic.forged)."""
+    import pytest
+
+    from dtlab.course import traffic
+    from dtlab.runtime.relay import Message
+
+    def job(*marks_per_rank):
+        out, seq = [], 0
+        for r, marks in enumerate(marks_per_rank):
+            for k in marks:
+                out.append(Message(seq, r, "mark", info={"call": k}))
+                out.append(Message(seq + 1, r, "send", peer=1 - r, info={"mark": {"call": k}}))
+                seq += 2
+        return out
+
+    honest = job([0, 1, 2], [0, 1, 2])
+    assert traffic.forged(honest) == "" and len(traffic.by_call(honest)) == 6
+    for forged in (job([0, 99, 0, 1, 2], [0, 1, 2]),   # a hidden call, then back
+                   job([0, 1, 2], [0, 2]),             # a call skipped
+                   job([1, 0, 2], [0, 1, 2])):         # out of order
+        assert "not the harness's calls" in traffic.forged(forged)
+        with pytest.raises(AssertionError, match="hides traffic"):
+            traffic.by_call(forged)
+    extra = job([0, 1], [0, 1])
+    extra.append(Message(99, 0, "mark", info={"call": 2, "mine": True}))
+    assert traffic.forged(extra)
