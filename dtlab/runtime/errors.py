@@ -37,7 +37,8 @@ class _ShortTraceback(Exception):
 
 
 class LaunchError(_ShortTraceback, ValueError):
-    """Bad input to :func:`dtlab.run` or :class:`dtlab.Pool`, found before any rank started."""
+    """Bad input to :func:`dtlab.run`, :class:`dtlab.Pool` or a pool's command, found before
+    anything started; the message names the argument."""
 
 
 class PoolBrokenError(_ShortTraceback, RuntimeError):

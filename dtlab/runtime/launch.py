@@ -79,9 +79,10 @@ def launch(fn, args: tuple = (), kwargs: dict | None = None, *, nprocs: int | No
     ``start_timeout`` as in :func:`run`.
     """
     kwargs = kwargs or {}
-    plan = _plan.resolve(nprocs, backend, env, pg_timeout)
+    _plan.check_fn(fn)
     timeout = _plan.check_timeout(timeout)
     start_timeout = _plan.check_timeout(start_timeout, "start_timeout")
+    plan = _plan.resolve(nprocs, backend, env, pg_timeout)
     call = pack_call(fn, args, kwargs)
     context = cloudpickle.dumps(parent_context(fn, *args, *kwargs.values()))
     if plan.note:

@@ -12,6 +12,7 @@ half-launched job. The rules (ARCHITECTURE.md, README):
 from __future__ import annotations
 
 import math
+import operator
 import os
 from dataclasses import dataclass, field
 
@@ -49,10 +50,7 @@ def resolve(nprocs: int | None = None, backend: str = "auto", env: dict | None =
     if not isinstance(backend, str) or backend.lower() not in BACKENDS:
         raise LaunchError(f"backend={backend!r} is not one of {', '.join(map(repr, BACKENDS))}.")
     backend = backend.lower()
-    if nprocs is not None and (isinstance(nprocs, bool) or not isinstance(nprocs, int)):
-        raise LaunchError(f"nprocs={nprocs!r} must be a whole number of ranks (e.g. nprocs=2).")
-    if nprocs is not None and nprocs < 1:
-        raise LaunchError(f"nprocs={nprocs} must be at least 1.")
+    nprocs = check_nprocs(nprocs)
     checked_env = check_env(env)
     pg_timeout = check_timeout(pg_timeout, "pg_timeout")
 
@@ -103,8 +101,9 @@ def check_env(env: dict | None) -> dict[str, str]:
         raise LaunchError(f"env must be a dict of environment variables, not {type(env).__name__}.")
     out = {}
     for k, v in env.items():
-        if not isinstance(k, str) or not k or "=" in k:
-            raise LaunchError(f"env key {k!r} is not a valid environment variable name.")
+        if not isinstance(k, str) or not k or "=" in k or "\0" in k:
+            raise LaunchError(f"env key {k!r} is not a valid environment variable name "
+                              f"(a non-empty string without '=' or a null byte).")
         if k in OWNED_ENV or k.startswith("DTLAB_"):
             raise LaunchError(f"env[{k!r}] is set by dtlab for each launch (rank, world size and "
                               f"rendezvous are its job); choose the number of ranks with nprocs=, "
@@ -113,10 +112,22 @@ def check_env(env: dict | None) -> dict[str, str]:
             raise LaunchError(f"env[{k!r}]={v!r}: values must be strings (or numbers), "
                               f"e.g. env={{{k!r}: '1'}}.")
         out[k] = str(v)
+        if "\0" in out[k]:  # the OS takes each variable as a C string: it would end there
+            raise LaunchError(f"env[{k!r}]={v!r}: a value cannot hold a null byte ('\\0').")
     return out
 
 
+def check_fn(fn) -> None:
+    if not callable(fn):
+        raise LaunchError(f"fn={fn!r} is not callable: pass the function itself, e.g. "
+                          f"dtlab.run(train, 10), not dtlab.run(train(10)).")
+
+
 START_TIMEOUT = 300.0  # seconds a rank may take to reach user code: interpreter, imports, group
+# The parent looks at the ranks every 20 ms (supervisor.TICK) and a rank takes longer than that
+# to hand back a value and exit: a shorter bound would call finished work a hang.
+MIN_TIMEOUT = 0.1
+MAX_TIMEOUT = 10**9  # ~32 years: a bigger number is a mistake (None or math.inf: no limit)
 
 
 def check_timeout(timeout, name: str = "timeout") -> float | None:
@@ -124,10 +135,38 @@ def check_timeout(timeout, name: str = "timeout") -> float | None:
     if timeout is None or (isinstance(timeout, float) and timeout == math.inf):
         return None
     if (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or math.isnan(timeout)
-            or timeout <= 0 or timeout > 10**9):
+            or timeout <= 0 or timeout > MAX_TIMEOUT):
         raise LaunchError(f"{name}={timeout!r} must be a positive number of seconds "
                           f"(or None for no limit).")
+    if timeout < MIN_TIMEOUT:
+        raise LaunchError(f"{name}={timeout!r} is too short to keep: the parent looks at the "
+                          f"ranks every 20 ms and a rank takes longer than that to return and "
+                          f"exit; give at least {MIN_TIMEOUT:g} s (or None for no limit).")
     return float(timeout)
+
+
+# Every rank runs on this machine, each a full Python process with torch imported (~0.3 GB):
+# 256 of them already want ~80 GB of memory, and the largest single machines have 8-16 GPUs.
+# Far more (nprocs=10**6 was once accepted) only exhausts memory and pids before any timeout.
+MAX_RANKS = 256
+
+
+def check_nprocs(nprocs) -> int | None:
+    """A whole number of ranks from 1 to :data:`MAX_RANKS`, or None (the default)."""
+    if nprocs is None:
+        return None
+    if isinstance(nprocs, bool) or not hasattr(type(nprocs), "__index__"):
+        raise LaunchError(f"nprocs={nprocs!r} must be a whole number of ranks (e.g. nprocs=2).")
+    nprocs = operator.index(nprocs)  # numpy integers too
+    if nprocs < 1:
+        raise LaunchError(f"nprocs={nprocs} must be at least 1.")
+    if nprocs > MAX_RANKS:
+        raise LaunchError(f"nprocs={nprocs} is more ranks than dtlab starts on one machine (at "
+                          f"most {MAX_RANKS}): each rank is a full Python process with torch "
+                          f"imported (~0.3 GB; {MAX_RANKS} of them ~80 GB), and the largest "
+                          f"single machines have 8-16 GPUs. Across machines, use `dtlab "
+                          f"multinode`.")
+    return nprocs
 
 
 def rank_envs(plan: Plan, master_port: int, extra: dict[str, str] | None = None

@@ -39,7 +39,7 @@ import cloudpickle
 
 from . import output, plan as _plan
 from .channel import ControlServer, write_key
-from .errors import Failure, HangError, PoolBrokenError, RankError
+from .errors import Failure, HangError, LaunchError, PoolBrokenError, RankError
 from .messages import Done, Exec, Pull, Push, Ready, Run, Shutdown, StartFailed
 from .payload import dumps, dumps_checked, pack_call, parent_context, source_lines_for
 from .results import RankResult, Results
@@ -54,8 +54,8 @@ class Pool:
 
     def __init__(self, nprocs: int | None = None, backend: str = "auto", env: dict | None = None,
                  start_timeout: float = 300.0, pg_timeout: float | None = None):
-        self.plan = _plan.resolve(nprocs, backend, env, pg_timeout)
         self.start_timeout = _plan.check_timeout(start_timeout, "start_timeout")
+        self.plan = _plan.resolve(nprocs, backend, env, pg_timeout)
         self.broken: str | None = None
         self.restarts = 0
         self._sup: Supervisor | None = None
@@ -190,6 +190,7 @@ class Pool:
     # -- commands ---------------------------------------------------------------------------------
     def run(self, fn, *args, timeout: float | None = None, **kwargs) -> Results:
         """``fn(*args, **kwargs)`` on every rank -> Results (like :func:`dtlab.run`)."""
+        _plan.check_fn(fn)
         call = pack_call(fn, args, kwargs)
         lines = source_lines_for(fn, *args, *kwargs.values())
         return self._command(lambda cid: Run(cid, call, lines), None, timeout, "pool.run")
@@ -217,6 +218,8 @@ class Pool:
 
     def pull(self, name: str, ranks: list[int] | None = None) -> dict:
         """``{rank: value of name}`` from the ranks' namespaces (tensors come back on the CPU)."""
+        if not isinstance(name, str) or not name.isidentifier():
+            raise LaunchError(f"name={name!r}: give the name of a variable, e.g. pool.pull('x').")
         res = self._command(lambda cid: Pull(cid, name), ranks, 60.0, "pool.pull", quiet=True)
         return {r.rank: r.value for r in res}
 
@@ -238,14 +241,18 @@ class Pool:
                                   f"(or %dtlab restart) for fresh ranks.")
         if ranks is None:
             return list(range(self.nprocs))
-        bad = [r for r in ranks if not isinstance(r, int) or not 0 <= r < self.nprocs]
+        if isinstance(ranks, (str, bytes)) or not hasattr(ranks, "__iter__"):
+            raise LaunchError(f"ranks={ranks!r}: give a list of rank numbers, e.g. ranks=[0, 1].")
+        ranks = list(ranks)
+        bad = [r for r in ranks if isinstance(r, bool) or not isinstance(r, int)
+               or not 0 <= r < self.nprocs]
         if bad or not ranks:
-            raise ValueError(f"ranks={ranks!r}: choose from 0..{self.nprocs - 1}")
+            raise LaunchError(f"ranks={ranks!r}: choose from 0..{self.nprocs - 1}")
         return sorted(set(ranks))
 
     def _command(self, make_msg, ranks, timeout, what, sink=None, quiet=False) -> Results:
-        targets = self._check_usable(ranks)
         timeout = _plan.check_timeout(timeout)
+        targets = self._check_usable(ranks)
         sup = self._sup
         sup.stacks.clear()
         starts = {r: self._offsets[r] for r in targets}
