@@ -91,9 +91,11 @@ def world(without: tuple[str, ...] | list[str] = (), cache: str | None = None) -
     without = tuple(sorted(set(without)))
     for name in without:
         _check(name)
-    key = hashlib.sha256(f"{_tree_digest()}|{','.join(without)}".encode()).hexdigest()[:16]
-    root = os.path.join(cache or _cache_dir(), f"world-{key}")
+    digest = _tree_digest()
+    key = hashlib.sha256(f"{digest}|{','.join(without)}".encode()).hexdigest()[:16]
+    root = os.path.join(cache or _cache_dir(), f"world-{digest}-{key}")
     if not os.path.isdir(root):
+        _prune(os.path.dirname(root), digest)
         tmp = tempfile.mkdtemp(prefix="building-", dir=os.path.dirname(root))
         try:
             _build(tmp, without)
@@ -102,7 +104,25 @@ def world(without: tuple[str, ...] | list[str] = (), cache: str | None = None) -
             shutil.rmtree(tmp, ignore_errors=True)
             if not os.path.isdir(root):  # another process built it first, else a real error
                 raise
+    else:
+        os.utime(root)  # in use: not pruned
     return World(without, root, tuple(_binds(root, without)))
+
+
+def _prune(cache: str, digest: str, idle_s: float = 3600.0) -> None:
+    """Remove the worlds of an earlier state of dtlab (each edit of the package makes new ones)
+    that nobody has asked for in ``idle_s`` (:func:`world` touches the one it hands out)."""
+    import time
+
+    for name in os.listdir(cache):
+        path = os.path.join(cache, name)
+        if name.startswith("building-") or (name.startswith("world-")
+                                            and not name.startswith(f"world-{digest}-")):
+            try:
+                if time.time() - os.stat(path).st_mtime > idle_s:
+                    shutil.rmtree(path, ignore_errors=True)
+            except OSError:
+                pass
 
 
 def _build(root: str, without: tuple[str, ...]) -> None:

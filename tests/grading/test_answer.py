@@ -6,6 +6,7 @@ import linecache
 import os
 import subprocess
 import sys
+import time
 
 import pandas as pd
 import pytest
@@ -141,3 +142,19 @@ def test_encode_decode_round_trip():
     value = {"a": (1, 2.5), "$x": [None, True], "m": {1: "one"}}
     assert decode(encode(value)) == value
     assert isinstance(decode(encode((1,))), tuple)
+
+
+def test_worlds_of_an_earlier_dtlab_are_pruned_once_idle(tmp_path):
+    """Each edit of dtlab makes new worlds; the old ones go once nobody has used them for an hour
+    (they were 512 MB on a developer's machine after a day)."""
+    stale, recent, half = (tmp_path / "world-0000000000000000-aa", tmp_path / "world-1111111111111111-bb",
+                           tmp_path / "building-xyz")
+    for d in (stale, recent, half):
+        d.mkdir()
+    for d in (stale, half):
+        os.utime(d, (0, 0))
+    w = world.world(("dtlab.bench",), cache=str(tmp_path))
+    assert not stale.exists() and not half.exists() and recent.exists()
+    os.utime(w.root, (0, 0))
+    assert world.world(("dtlab.bench",), cache=str(tmp_path)).root == w.root
+    assert time.time() - os.stat(w.root).st_mtime < 60  # in use: touched, not pruned
