@@ -9,8 +9,12 @@ returns the check's report with how the nodes were laid out, or -- when the laun
   (:class:`.netns.Network`), its own hostname (a UTS namespace), ``GLOO_SOCKET_IFNAME=eth0``;
   the rendezvous endpoint is node 0's address, so a wrong address, a closed or filtered port and
   a slow link behave as between hosts.
-* ``localhost``: every agent on 127.0.0.1 (``lo``); what needs separate hosts is refused.
-  ``auto`` picks netns when it can and says why not when it cannot.
+* ``localhost``: every agent on 127.0.0.1 (``lo``), every store it serves listening there only
+  (:mod:`.agent` ``--loopback``); what needs separate hosts is refused. ``auto`` picks netns
+  when it can and says why not when it cannot.
+
+Each agent is torchrun as :mod:`.agent` runs it (the hosting agent leaves last); the launch
+lines in the report are the plain ``torchrun`` lines a real node would run.
 
 Bounded: the rendezvous join and store timeouts (``join_timeout``) and the process group's
 timeout (``pg_timeout``) end every fault; after the first agent fails the others get
@@ -117,15 +121,22 @@ def gpu_layout(nodes: int, per_node: int) -> tuple[list[dict[str, str]], str | N
             for i in range(nodes)], None
 
 
-def _agent_argv(n: int, i: int, ppn: int, endpoint: str, is_host: bool, join_timeout: float,
-                local_addr: str, out: str, check_args_: list[str]) -> list[str]:
+def _torchrun_args(n: int, i: int, ppn: int, endpoint: str, is_host: bool, join_timeout: float,
+                   local_addr: str, out: str, check_args_: list[str]) -> list[str]:
+    """What follows ``torchrun`` on node ``i``: the line a learner types on a real node."""
     t = int(join_timeout)
-    return [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(n),
-            "--node-rank", str(i), "--nproc-per-node", str(ppn), "--rdzv-backend", "c10d",
-            "--rdzv-endpoint", endpoint, "--rdzv-id", "dtlab-sim",
+    return ["--nnodes", str(n), "--node-rank", str(i), "--nproc-per-node", str(ppn),
+            "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", "dtlab-sim",
             "--rdzv-conf", f"join_timeout={t},read_timeout={t},is_host={int(is_host)}",
             "--local-addr", local_addr, "--max-restarts", "0", "--monitor-interval", "0.2",
             "-m", "dtlab.multinode.check", "--out", out, *check_args_]
+
+
+def _agent_argv(torchrun_args: list[str], loopback: bool) -> list[str]:
+    """torchrun as :mod:`.agent` runs it: its stores on 127.0.0.1 only with ``loopback``, and
+    the hosting agent leaving last."""
+    return [sys.executable, "-m", "dtlab.multinode.agent", *(["--loopback"] if loopback else []),
+            *torchrun_args]
 
 
 def simulate(nodes: int = 2, procs_per_node: int = 2, mode: str = "auto",
@@ -148,31 +159,8 @@ def simulate(nodes: int = 2, procs_per_node: int = 2, mode: str = "auto",
     net = netns.Network(nodes) if mode == "netns" else None
     try:
         with _sigterm_as_interrupt(), (net or contextlib.nullcontext()), Agents(run_dir) as ag:
-            addresses = net.addresses if net else ["127.0.0.1"] * nodes
-            port = RDZV_PORT if net else _free_port()
-            base_env = {**os.environ, "OMP_NUM_THREADS": "1", "NCCL_NVLS_ENABLE": "0",
-                        "PYTHONUNBUFFERED": "1"}
-            if fault and fault != "slow_link":  # connect attempts, refused or unanswered, logged
-                base_env.update(TORCH_CPP_LOG_LEVEL="INFO", TORCH_DISTRIBUTED_DEBUG="DETAIL")
-            ifname = netns.IFNAME if net else "lo"
-            plan = [{"name": f"node{i}", "address": addresses[i], "ifname": ifname,
-                     "endpoint": f"{addresses[0]}:{port}", "start": True} for i in range(nodes)]
-            injected = apply(fault, plan, net, port) if fault else None
-            launch = {}
-            check_extra = ["--timeout", str(pg_timeout), "--iters", str(iters), "--bytes", str(nbytes)]
-            for i, p in enumerate(plan):
-                argv = _agent_argv(nodes, i, procs_per_node, p["endpoint"], i == 0, join_timeout,
-                                   p["address"], out, check_extra)
-                env = {**base_env, "GLOO_SOCKET_IFNAME": p["ifname"],
-                       "NCCL_SOCKET_IFNAME": p["ifname"], **gpus[i]}
-                launch[p["name"]] = (f"GLOO_SOCKET_IFNAME={p['ifname']} "
-                                     + " ".join(["torchrun", *argv[3:]]))
-                if not p["start"]:
-                    continue
-                if net:
-                    argv = [*net.exec_prefix(i), "unshare", "--uts", "sh", "-c",
-                            'hostname "$0" && exec "$@"', net.hostname(i), *argv]
-                ag.start(p["name"], argv, env)
+            plan, injected, launch = _start(ag, net, nodes, procs_per_node, fault, out, gpus,
+                                            join_timeout, pg_timeout, iters, nbytes)
             codes = _wait(ag, join_timeout + pg_timeout + 30, grace)
             consoles = {name: ag.output(name) for name in ag.procs}
             qdiscs = _qdiscs(net) if net else {}
@@ -188,6 +176,39 @@ def simulate(nodes: int = 2, procs_per_node: int = 2, mode: str = "auto",
     res["consoles"] = {name: "\n".join(text.splitlines()[-CONSOLE_LINES:])
                        for name, text in consoles.items()}
     return res
+
+
+def _start(ag: Agents, net: netns.Network | None, nodes: int, ppn: int, fault: str | None,
+           out: str, gpus: list[dict[str, str]], join_timeout: float, pg_timeout: float,
+           iters: int, nbytes: int) -> tuple[list[dict], str | None, dict[str, str]]:
+    """Plan the nodes, inject ``fault``, start one agent per node: (plan, what was injected,
+    each node's torchrun line)."""
+    addresses = net.addresses if net else ["127.0.0.1"] * nodes
+    port = RDZV_PORT if net else _free_port()
+    base_env = {**os.environ, "OMP_NUM_THREADS": "1", "NCCL_NVLS_ENABLE": "0",
+                "PYTHONUNBUFFERED": "1"}
+    if fault and fault != "slow_link":  # connect attempts, refused or unanswered, logged
+        base_env.update(TORCH_CPP_LOG_LEVEL="INFO", TORCH_DISTRIBUTED_DEBUG="DETAIL")
+    ifname = netns.IFNAME if net else "lo"
+    plan = [{"name": f"node{i}", "address": addresses[i], "ifname": ifname,
+             "endpoint": f"{addresses[0]}:{port}", "start": True} for i in range(nodes)]
+    injected = apply(fault, plan, net, port) if fault else None
+    launch = {}
+    check_extra = ["--timeout", str(pg_timeout), "--iters", str(iters), "--bytes", str(nbytes)]
+    for i, p in enumerate(plan):
+        args = _torchrun_args(nodes, i, ppn, p["endpoint"], i == 0, join_timeout, p["address"],
+                              out, check_extra)
+        env = {**base_env, "GLOO_SOCKET_IFNAME": p["ifname"], "NCCL_SOCKET_IFNAME": p["ifname"],
+               **gpus[i]}
+        launch[p["name"]] = f"GLOO_SOCKET_IFNAME={p['ifname']} " + " ".join(["torchrun", *args])
+        if not p["start"]:
+            continue
+        argv = _agent_argv(args, loopback=net is None)
+        if net:
+            argv = [*net.exec_prefix(i), "unshare", "--uts", "sh", "-c",
+                    'hostname "$0" && exec "$@"', net.hostname(i), *argv]
+        ag.start(p["name"], argv, env)
+    return plan, injected, launch
 
 
 CONSOLE_LINES = 200

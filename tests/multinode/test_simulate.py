@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -62,11 +63,41 @@ def test_netns_two_nodes_two_ranks_each(clean):
     json.dumps(r)
 
 
+def _listeners_while(fn):
+    """fn's result, and every (command, address) a descendant listened on while fn ran."""
+    import psutil
+
+    seen, done = set(), threading.Event()
+
+    def watch():
+        while not done.wait(0.2):
+            for p in psutil.Process().children(recursive=True):
+                try:
+                    seen.update((" ".join(p.cmdline()[1:3]), c.laddr.ip)
+                                for c in p.net_connections("tcp") if c.status == psutil.CONN_LISTEN)
+                except psutil.Error:
+                    pass
+
+    t = threading.Thread(target=watch)
+    t.start()
+    try:
+        return fn(), seen
+    finally:
+        done.set()
+        t.join()
+
+
 def test_without_root_auto_falls_back_to_localhost_and_says_so(clean, monkeypatch, capsys):
+    """... and everything it serves listens on 127.0.0.1 only: torch's TCPStore alone would
+    listen on every address (::), reachable from other hosts."""
     from dtlab.cli import main
 
     monkeypatch.setattr(netns, "available", lambda: "not root (network namespaces need root)")
-    assert main(["multinode", "simulate", "--nodes", "2", "--procs-per-node", "1", "--json"]) == 0
+    code, listening = _listeners_while(lambda: main(
+        ["multinode", "simulate", "--nodes", "2", "--procs-per-node", "1", "--json"]))
+    assert code == 0
+    assert any(cmd == "-m dtlab.multinode.agent" for cmd, _ in listening), listening
+    assert {ip for _, ip in listening} == {"127.0.0.1"}, listening
     r = json.loads(capsys.readouterr().out)
     assert r["mode"] == "localhost" and "not root" in r["note"] and r["ranks_present"] == 2
     assert {n["address"] for n in r["nodes"]} == {"127.0.0.1"}
