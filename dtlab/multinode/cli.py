@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from .faults import FAULTS
 
@@ -73,10 +74,16 @@ def run(args) -> int:
                 for i, line in enumerate(lines):
                     print(f"# node {i}\n{line}")
         return 0
-    from .simulate import render, simulate
+    from .simulate import Terminated, render, simulate
 
-    res = simulate(args.nodes, args.procs_per_node, args.mode, args.fault, args.join_timeout,
-                   args.pg_timeout)
+    try:
+        res = simulate(args.nodes, args.procs_per_node, args.mode, args.fault, args.join_timeout,
+                       args.pg_timeout)
+    except KeyboardInterrupt as e:  # simulate has removed everything it made
+        how, status = ("SIGTERM", 128 + 15) if isinstance(e, Terminated) else ("Ctrl-C", 128 + 2)
+        print(f"dtlab multinode simulate: stopped by {how}; everything it made is removed",
+              file=sys.stderr)
+        return status  # as a shell reports a process ended by that signal
     print(json.dumps(res, indent=1) if args.json else render(res))
     if args.fault:
         return 0 if res["diagnosis"]["failure_class"] != "launch_failed" else 1

@@ -4,9 +4,10 @@ Contract: :class:`Network` makes, for ``n`` nodes, the namespaces ``dtlab-<pid>-
 ``br0``) and ``dtlab-<pid>-n<i>`` (interface ``eth0``, address ``10.213.<k>.<i+1>/24``, ``lo``
 up, an ``/etc/hosts`` naming every node), with a veth pair from each node's ``eth0`` to the hub's bridge. Nothing is made in the
 host's own namespace -- no link, no address, no route, no rule -- so removing the namespaces
-removes everything (links, qdiscs, nftables rules). :meth:`Network.close` does that; names carry
-the creating process's pid, so :func:`clear_leftovers` removes what a killed run left (its pid
-is gone). Needs root and iproute2::
+removes everything (links, qdiscs, nftables rules). :meth:`Network.close` does that; a killed
+run's reaper runs :meth:`Network.undo_commands`; names carry the creating process's pid, so
+:func:`clear_leftovers` removes what is left all the same (its pid is gone). Needs root and
+iproute2::
 
     with Network(2) as net:                 # sudo python -c ...
         net.exec_prefix(0)                  # ['ip', 'netns', 'exec', 'dtlab-123-n0']
@@ -153,6 +154,12 @@ class Network:
         if r.returncode:
             raise RuntimeError(f"firewall rule in {ns}: {r.stderr.strip()}")
         return shown
+
+    def undo_commands(self) -> list[list[str]]:
+        """What :meth:`close` does, as commands in the order things were made, for a process that
+        outlives this one (:meth:`dtlab.runtime.agents.Agents.undo_if_killed`)."""
+        return ([["ip", "netns", "delete", ns] for ns in self.made]
+                + [["rm", "-rf", "--", d] for d in self.made_etc])
 
     def close(self) -> None:
         """Remove every namespace made (their links, qdiscs and rules go with them)."""

@@ -19,7 +19,8 @@ lines in the report are the plain ``torchrun`` lines a real node would run.
 Bounded: the rendezvous join and store timeouts (``join_timeout``) and the process group's
 timeout (``pg_timeout``) end every fault; after the first agent fails the others get
 ``grace`` seconds. Everything made -- namespaces, links, qdiscs, rules, processes -- is gone
-when it returns, raises, or is interrupted (SIGINT, SIGTERM)::
+when it returns, raises, or is interrupted (SIGINT; SIGTERM raises :class:`Terminated` once
+all is removed); killed (SIGKILL), its reaper ends the agents and removes the namespaces::
 
     sudo dtlab multinode simulate --nodes 2 --procs-per-node 2 --json
     sudo dtlab multinode simulate --fault missing_node
@@ -78,15 +79,22 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM arrived during :func:`simulate`; raised once everything it made was removed. A
+    KeyboardInterrupt, so that code which stops on Ctrl-C stops on it too."""
+
+
 @contextlib.contextmanager
 def _sigterm_as_interrupt():
-    """SIGTERM raises KeyboardInterrupt here, so the same cleanup runs as for Ctrl-C."""
+    """SIGTERM raises :class:`Terminated` here, so the same cleanup runs as for Ctrl-C; a second
+    SIGTERM is ignored until that cleanup is done (it would cut it short)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def handler(signum, frame):
-        raise KeyboardInterrupt(f"signal {signum}")
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise Terminated(f"signal {signum}")
 
     old = signal.signal(signal.SIGTERM, handler)
     try:
@@ -154,23 +162,26 @@ def simulate(nodes: int = 2, procs_per_node: int = 2, mode: str = "auto",
     gpus, gpu_note = gpu_layout(nodes, procs_per_node)
     note = "; ".join(x for x in (note, gpu_note) if x) or None
     t0 = time.monotonic()
-    run_dir = make_run_dir("dtlab-multinode-")
-    out = os.path.join(run_dir, "report.json")
     net = netns.Network(nodes) if mode == "netns" else None
-    try:
-        with _sigterm_as_interrupt(), (net or contextlib.nullcontext()), Agents(run_dir) as ag:
-            plan, injected, launch = _start(ag, net, nodes, procs_per_node, fault, out, gpus,
-                                            join_timeout, pg_timeout, iters, nbytes)
-            codes = _wait(ag, join_timeout + pg_timeout + 30, grace)
-            consoles = {name: ag.output(name) for name in ag.procs}
-            qdiscs = _qdiscs(net) if net else {}
-    finally:
-        report = _read(out)
-        if not os.environ.get("DTLAB_KEEP_RUNS"):
-            shutil.rmtree(run_dir, ignore_errors=True)
-    diag = diagnose(consoles, codes, report, plan, qdiscs=qdiscs)
-    res = _result(mode, note, fault, injected, nodes, procs_per_node, plan, launch, codes,
-                  report, diag, time.monotonic() - t0, ag)
+    with _sigterm_as_interrupt():
+        run_dir = make_run_dir("dtlab-multinode-")
+        out = os.path.join(run_dir, "report.json")
+        try:
+            with (net or contextlib.nullcontext()), Agents(run_dir) as ag:
+                for argv in net.undo_commands() if net else []:
+                    ag.undo_if_killed(argv)  # should this process be killed: its reaper's to do
+                plan, injected, launch = _start(ag, net, nodes, procs_per_node, fault, out, gpus,
+                                                join_timeout, pg_timeout, iters, nbytes)
+                codes = _wait(ag, join_timeout + pg_timeout + 30, grace)
+                consoles = {name: ag.output(name) for name in ag.procs}
+                qdiscs = _qdiscs(net) if net else {}
+        finally:
+            report = _read(out)
+            if not os.environ.get("DTLAB_KEEP_RUNS"):
+                shutil.rmtree(run_dir, ignore_errors=True)
+        diag = diagnose(consoles, codes, report, plan, qdiscs=qdiscs)
+        res = _result(mode, note, fault, injected, nodes, procs_per_node, plan, launch, codes,
+                      report, diag, time.monotonic() - t0, ag)
     # what each node's console said (its last CONSOLE_LINES lines): the evidence the diagnosis
     # read, for a person to read too
     res["consoles"] = {name: "\n".join(text.splitlines()[-CONSOLE_LINES:])

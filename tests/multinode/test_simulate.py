@@ -88,7 +88,7 @@ def _listeners_while(fn):
 
 
 def test_without_root_auto_falls_back_to_localhost_and_says_so(clean, monkeypatch, capsys):
-    """... and everything it serves listens on 127.0.0.1 only: torch's TCPStore alone would
+    """And every port the rehearsal listens on is on 127.0.0.1: torch's TCPStore alone would
     listen on every address (::), reachable from other hosts."""
     from dtlab.cli import main
 
@@ -137,22 +137,30 @@ def test_bad_input_is_one_line_and_exit_2(clean, capsys):
 @needs_root
 @pytest.mark.parametrize("how", ["SIGTERM", "SIGKILL"])
 def test_killed_mid_run_leaves_nothing(how, clean):
-    """SIGTERM: simulate cleans up itself. SIGKILL: the reaper ends the agents and their
-    workers; the next run (clear_leftovers) removes the namespaces the dead one made."""
+    """SIGTERM: simulate cleans up itself, says so in one line and exits 143 (128 + 15). SIGKILL:
+    the reaper ends the agents and their workers and removes the namespaces at once."""
     p = subprocess.Popen([sys.executable, "-m", "dtlab", "multinode", "simulate", "--nodes", "2",
                           "--procs-per-node", "1", "--mode", "netns", "--fault", "missing_node",
-                          "--join-timeout", "30"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                          "--join-timeout", "30"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    mine = f"{netns.PREFIX}{p.pid}-"
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and not any(
-            n.startswith(f"{netns.PREFIX}{p.pid}-") for n in netns.namespaces()):
+    while time.monotonic() < deadline and not any(n.startswith(mine) for n in netns.namespaces()):
         time.sleep(0.1)
     time.sleep(3)  # the agent is up and waiting in the rendezvous
     p.send_signal(getattr(signal, how))
-    p.communicate(timeout=30)
+    out, err = p.communicate(timeout=30)
     assert _strays() == []
-    if how == "SIGKILL":
-        assert any(n.startswith(f"{netns.PREFIX}{p.pid}-") for n in netns.namespaces())
-        assert any(n.startswith(f"{netns.PREFIX}{p.pid}-") for n in netns.clear_leftovers())
+    if how == "SIGTERM":
+        assert p.returncode == 143 and out == "", (p.returncode, out)
+        assert err == "dtlab multinode simulate: stopped by SIGTERM; everything it made is removed\n"
+    deadline = time.monotonic() + 10  # the reaper sees its pipe close at once
+    while time.monotonic() < deadline and (
+            any(n.startswith(mine) for n in netns.namespaces())
+            or any(d.startswith(mine) for d in os.listdir(netns.ETC))):
+        time.sleep(0.1)
+    assert not any(n.startswith(mine) for n in netns.namespaces())
+    assert not any(d.startswith(mine) for d in os.listdir(netns.ETC))
 
 
 def test_simulated_nodes_get_gpus_of_their_own_or_none(monkeypatch):
