@@ -6,7 +6,8 @@ Contract, one module per step of the section (notebooks/04_multinode.ipynb):
   script``); :mod:`.check` -- ``python -m dtlab.multinode.check``, what such a launch runs first;
   :mod:`.world` -- ``check_world``: missing ranks, duplicates, wrong local ranks in a rank table;
 * :mod:`.simulate` -- real torchrun agents, one per simulated node, each in its own network
-  namespace (:mod:`.netns`), started and stopped by :mod:`dtlab.runtime.agents`;
+  namespace (:mod:`.netns`), started and stopped by :mod:`dtlab.runtime.agents`; :mod:`.agent`
+  -- torchrun as a simulated node runs it (stores on 127.0.0.1 only, the host leaving last);
   :mod:`.faults` -- what can be broken on purpose; :mod:`.diagnose` -- naming it from consoles.
 
 ::
