@@ -7,8 +7,9 @@ per-rank log files, and gives each rank ``TORCHELASTIC_ERROR_FILE`` for structur
 
 What dtlab adds:
 
-* the caller's signal handlers survive (``PContext.start`` installs its own SIGINT/SIGTERM
-  handlers for torchrun's agent; in a notebook kernel that would break the interrupt button);
+* the caller's signal handlers survive, and an interrupt during the start waits until every
+  rank is accounted for (``PContext.start`` installs torchrun's own SIGINT/SIGTERM handlers
+  when called on the main thread, so ranks are started from a thread);
 * ``stop()`` escalates SIGTERM -> SIGKILL over each rank's whole process group *and* every
   descendant found with psutil (a DataLoader worker, a shell a rank started), and never lets a
   second Ctrl-C leave half the ranks alive;
@@ -19,6 +20,7 @@ What dtlab adds:
 from __future__ import annotations
 
 import atexit
+import logging
 import os
 import signal
 import subprocess
@@ -30,7 +32,6 @@ import weakref
 import psutil
 
 _LIVE: "weakref.WeakSet[RankProcs]" = weakref.WeakSet()
-_HANDLED = [getattr(signal, s) for s in ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT") if hasattr(signal, s)]
 
 
 class RankProcs:
@@ -48,32 +49,51 @@ class RankProcs:
 
     # -- start ----------------------------------------------------------------------------------
     def start(self) -> None:
+        """Start every rank. An interrupt meanwhile (Ctrl-C, a kernel's interrupt button) waits
+        until every rank is accounted for, then is raised: the caller stops what started."""
         from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std, start_processes
 
         specs = DefaultLogsSpecs(log_dir=self.log_dir, redirects=Std.ALL, tee=Std.NONE)
         n = len(self.envs)
-        on_main = threading.current_thread() is threading.main_thread()
-        saved = {s: signal.getsignal(s) for s in _HANDLED} if on_main else {}
-        # an interrupt half-way through starting would lose the Popen handles made so far:
-        # hold SIGINT until every rank is accounted for, then let it through
-        masked = on_main and hasattr(signal, "pthread_sigmask")
-        if masked:
-            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-        try:
-            self.ctx = start_processes(
-                name="dtlab",
-                entrypoint=sys.executable,
-                args={r: ("-m", "dtlab.runtime.worker", *self.worker_args) for r in range(n)},
-                envs=self.envs,
-                logs_specs=specs,
-            )
+        got: dict = {}
+        done = threading.Event()
+
+        def start_all() -> None:
+            try:
+                got["ctx"] = start_processes(
+                    name="dtlab",
+                    entrypoint=sys.executable,
+                    args={r: ("-m", "dtlab.runtime.worker", *self.worker_args) for r in range(n)},
+                    envs=self.envs,
+                    logs_specs=specs,
+                )
+            except BaseException as e:  # noqa: BLE001 -- handed to the caller's thread
+                got["error"] = e
+            finally:
+                done.set()
+
+        # On the main thread, PContext.start installs torchrun's handlers for SIGINT/SIGTERM,
+        # which raise SignalException wherever the interrupt lands -- half-way through starting
+        # the ranks, it dropped the handles of those already started, and it was never a
+        # KeyboardInterrupt. Blocking SIGINT on this thread did not hold it back: the store's
+        # and the control server's threads took it. From a thread of its own, torch leaves the
+        # handlers alone; the interrupt lands here, in join(), and waits for the handles.
+        _quiet_torchrun_thread_warning()
+        starter = threading.Thread(target=start_all, name="dtlab-start-ranks", daemon=True)
+        interrupted = None
+        starter.start()
+        while not done.is_set():
+            try:  # not join(): one interrupted by KeyboardInterrupt marks the thread as ended
+                done.wait()
+            except KeyboardInterrupt as e:
+                interrupted = e
+        self.ctx = got.get("ctx")
+        if self.ctx is not None:
             _LIVE.add(self)
-        finally:
-            for s, h in saved.items():
-                if h is not None:
-                    signal.signal(s, h)
-            if masked:
-                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        if "error" in got:
+            raise got["error"]
+        if interrupted is not None:
+            raise interrupted
 
     # -- what is running ------------------------------------------------------------------------
     @property
@@ -140,6 +160,20 @@ class RankProcs:
         if interrupted is not None:
             raise interrupted
         return running
+
+
+class _NotTorchrun(logging.Filter):
+    """torch warns, for torchrun's agent, that a context started off the main thread cannot
+    stop its workers on a signal; dtlab starts from a thread on purpose and stops them itself."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "running on a child thread" not in record.getMessage()
+
+
+def _quiet_torchrun_thread_warning() -> None:
+    log = logging.getLogger("torch.distributed.elastic.multiprocessing.api")
+    if not any(isinstance(f, _NotTorchrun) for f in log.filters):
+        log.addFilter(_NotTorchrun())
 
 
 def signal_all(procs: dict, desc: list[psutil.Process], sig) -> None:

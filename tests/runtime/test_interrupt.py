@@ -83,3 +83,33 @@ def test_ranks_die_with_their_parent(tmp_path):
     finally:
         proc.kill()
     assert all(pid_gone(p, 10.0) for p in pids), "ranks outlived their parent"
+
+
+@pytest.mark.parametrize("entry", ["Pool", "run"])
+def test_ctrl_c_while_ranks_start_raises_keyboard_interrupt_and_leaves_nothing(
+        entry, tmp_path, monkeypatch, sigint_raises):
+    """Ctrl-C after the first rank started and before the next: torchrun's own handler used to
+    take it (SignalException, not KeyboardInterrupt) and drop the first rank's handle."""
+    handler = pytest.importorskip(
+        "torch.distributed.elastic.multiprocessing.subprocess_handler.subprocess_handler")
+    popen, started = handler.SubprocessHandler._popen, []
+
+    def tracked_popen(self, args, env):
+        if started:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.2)
+        proc = popen(self, args, env)
+        started.append(proc.pid)
+        return proc
+
+    monkeypatch.setattr(handler.SubprocessHandler, "_popen", tracked_popen)
+    monkeypatch.setenv("DTLAB_RUN_ROOT", str(tmp_path))
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    with pytest.raises(KeyboardInterrupt):
+        if entry == "Pool":
+            dtlab.Pool(nprocs=2, backend="gloo")
+        else:
+            dtlab.run(print, 1, nprocs=2, backend="gloo")
+    assert len(started) == 2 and all(pid_gone(p, 5.0) for p in started)
+    assert os.listdir(tmp_path) == [], "the run folder outlived the interrupt"
+    assert before == {s: signal.getsignal(s) for s in before}, "the caller's handlers changed"
