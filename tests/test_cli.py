@@ -27,7 +27,7 @@ CASES = {  # id: (argv, words the one line must hold)
     "tune-size": (["tune", "-e", "1Q"], "-e '1Q' is not a size"),
     "tune-nprocs": (["tune", "--nprocs", "1"], "at least 2 ranks"),
     "tune-preset": (["tune", "--preset", "nope"], "nope"),
-    "nccl-log-missing": (["nccl-log", "/nonexistent"], "no such NCCL log file"),
+    "nccl-log-missing": (["nccl-log", "/nonexistent"], "no such file: give the log files"),
     "nccl-log-fifo": (["nccl-log", "{fifo}"], "not a regular file"),
     "nccl-log-not-a-log": (["nccl-log", "{text}"], "no NCCL log lines"),
     "nccl-tests-device": (["nccl-tests", "/dev/null"], "not a regular file"),

@@ -31,9 +31,10 @@ any payload can reach).
 
 from __future__ import annotations
 
-import os
 import re
 from typing import TYPE_CHECKING
+
+from ..paths import text_or_file
 
 if TYPE_CHECKING:
     import matplotlib.axes
@@ -51,13 +52,7 @@ PATTERNS = {1: "balanced tree", 2: "split tree", 3: "tree", 4: "ring", 5: "nvls"
 
 
 def _text(text_or_path) -> str:
-    if isinstance(text_or_path, os.PathLike) or (isinstance(text_or_path, str)
-                                                  and "\n" not in text_or_path):
-        if not os.path.isfile(text_or_path):
-            raise ValueError(f"{text_or_path}: no such file.")
-        with open(text_or_path, encoding="utf-8", errors="replace") as f:
-            return f.read()
-    return text_or_path
+    return text_or_file(text_or_path, "pass a file of nvidia-smi or NCCL output, or its text")[0]
 
 
 def nvlink_rates(text_or_path) -> dict[int, list[float]]:

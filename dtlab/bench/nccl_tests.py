@@ -27,9 +27,9 @@ the table (NCCL INFO lines, mpirun chatter) are skipped, as they appear in real 
 
 from __future__ import annotations
 
-import os
 import re
 
+from ..paths import text_or_file
 from ..vocab import op_name
 from .formulas import OPS
 
@@ -62,19 +62,7 @@ def nccl_version_string(code: int) -> str:
 
 
 def _read(text_or_path) -> tuple[str, str]:
-    if isinstance(text_or_path, os.PathLike) or (
-            isinstance(text_or_path, str) and "\n" not in text_or_path and len(text_or_path) < 4096):
-        path = os.fspath(text_or_path)
-        if not os.path.exists(path):
-            raise ValueError(f"{path}: no such file (pass a path to nccl-tests output, or its text).")
-        if not os.path.isfile(path):  # a FIFO or a device would block or never end
-            raise ValueError(f"{path}: not a regular file (pass a file holding nccl-tests "
-                             f"output, or its text).")
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return f.read(), path
-    if not isinstance(text_or_path, str):
-        raise ValueError(f"expected nccl-tests text or a path, not {type(text_or_path).__name__}.")
-    return text_or_path, "<text>"
+    return text_or_file(text_or_path, "pass a file holding nccl-tests output, or its text")
 
 
 def parse_nccl_tests(text_or_path) -> dict:

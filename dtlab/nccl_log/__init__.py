@@ -36,7 +36,7 @@ from .groups import group, select, world
 from .nodes import nodes
 from .model import Call, CommView, Communicator, Transport
 from .result import NcclLog
-from .sources import NotAnNcclLog, Sources, numbered_lines, read_sources
+from .sources import HINT, NotAnNcclLog, Sources, numbered_lines, read_sources
 
 __all__ = ["parse", "NcclLog", "NotAnNcclLog", "divergence", "Call", "CommView",
            "Communicator", "Transport"]
@@ -55,10 +55,11 @@ def parse(src: Sources, comm: str | int | None = None) -> NcclLog:
     for s in sources:
         if s.explicit and not asm.nccl_lines.get(s.name):
             raise NotAnNcclLog(f"{s.name}: no NCCL log lines in it (expected lines like "
-                               "'host:pid:tid [dev] NCCL INFO ...' from NCCL_DEBUG=INFO)")
+                               f"'host:pid:tid [dev] NCCL INFO ...' from NCCL_DEBUG=INFO): {HINT}")
     if not asm.nccl_lines:
-        names = ", ".join(s.name for s in sources) or str(src)
-        raise NotAnNcclLog(f"{names}: no NCCL log lines found")
+        names = ", ".join(s.name for s in sources) or ", ".join(
+            map(str, src if isinstance(src, (list, tuple)) else [src]))
+        raise NotAnNcclLog(f"{names}: no NCCL log lines found: {HINT}")
     comms = group(asm.views)
     world_comm = world(comms)
     rank_of = {(v.host, v.pid): r for r, v in world_comm.members.items()} if world_comm else {}

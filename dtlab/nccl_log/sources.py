@@ -8,7 +8,9 @@ Files are read line by line, never whole, and a line longer than :data:`MAX_LINE
 (counted in ``Source.overlong``, shown in the report): NCCL's own lines are a few hundred bytes
 (``src/debug.cc`` formats each into a 1-2 KB buffer), so a longer one is someone else's -- a
 progress bar redrawn with ``\\r``, a dumped tensor -- and reading it whole cost several times its
-size in memory. Only regular files are read: a FIFO would block, a device never end.
+size in memory. A file named explicitly goes through :func:`dtlab.paths.check_readable`:
+only a regular file of at most :data:`MAX_FILE` bytes is read (a FIFO would block, a device
+never end, 3 GB take minutes).
 
 >>> [(s.name, s.explicit) for s in read_sources("h:1:1 [0] NCCL INFO NCCL version 2.28.9\\n")]
 [('<text>', True)]
@@ -24,10 +26,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Union
 
+from ..paths import check_readable
+
 PathOrText = Union[str, "os.PathLike[str]"]
 Sources = Union[PathOrText, list, tuple]
 
 MAX_LINE = 64 * 1024  # characters (bytes, in files) of one line: 30x NCCL's longest
+# bytes of one named file: NCCL_DEBUG_SUBSYS=COLL on a long job writes hundreds of MB per rank;
+# streamed at a few MB/s, 1 GiB is minutes of work, and more is not a log to read whole
+MAX_FILE = 1 << 30
+HINT = "give the log files NCCL_DEBUG_FILE wrote, or a folder of them"
 
 
 class NotAnNcclLog(ValueError):
@@ -61,11 +69,7 @@ def read_sources(src: Sources) -> list[Source]:
     path = Path(src)
     if path.is_dir():
         return [Source(str(p), False, path=str(p)) for p in _files_under(path)]
-    if not path.exists():
-        raise FileNotFoundError(f"no such NCCL log file or directory: {path}")
-    if not path.is_file():
-        raise NotAnNcclLog(f"{path}: not a regular file (a FIFO or a device); give the log "
-                           f"files NCCL_DEBUG_FILE wrote, or a folder of them")
+    check_readable(path, HINT, limit=MAX_FILE, error=NotAnNcclLog)
     return [Source(str(path), True, path=str(path))]
 
 

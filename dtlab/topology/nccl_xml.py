@@ -73,6 +73,10 @@ def _path_kind(a: tuple[int, list[str]], b: tuple[int, list[str]]) -> str:
     return "PIX" if bridges <= 1 else "PXB"
 
 
+# PCIe trees are a handful of switches deep; 64 is past any machine, below Python's recursion limit
+MAX_PCI_DEPTH = 64
+
+
 def parse_nccl_topo(text: str) -> dict:
     """The XML as plain data, in the shape :func:`parse_topo_matrix` returns plus what only NCCL
     records; ValueError if ``text`` is not an NCCL topology.
@@ -91,6 +95,9 @@ def parse_nccl_topo(text: str) -> dict:
     cpus, pci, gpus, nets, nvlinks = [], {}, [], [], []
 
     def walk(el, cpu: int, chain: list[str]) -> None:
+        if len(chain) > MAX_PCI_DEPTH:  # recursing on would end in a RecursionError
+            raise ValueError(f"not an NCCL topology XML: <pci> nested deeper than "
+                             f"{MAX_PCI_DEPTH} levels")
         for child in el:
             if child.tag == "pci":
                 bus = child.get("busid", "").lower()

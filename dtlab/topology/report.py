@@ -3,9 +3,12 @@
 
 from __future__ import annotations
 
+from ..paths import read_bytes, shown
 from .matrix import parse_topo_matrix
 from .nccl_xml import parse_nccl_topo
 from .predict import nearest_nics, predict_pairs
+
+HINT = "give `nvidia-smi topo -m` output or an NCCL topology XML (NCCL_TOPO_DUMP_FILE)"
 
 
 def parse(text: str) -> dict:
@@ -17,22 +20,18 @@ def parse(text: str) -> dict:
 
 
 def load(path: str) -> dict:
-    """:func:`parse` of a file; FileNotFoundError when it is not there, ValueError when it is not
-    text or holds no topology (the message names the file)."""
+    """:func:`parse` of a file; FileNotFoundError when it is not there, ValueError when it is
+    not a readable regular file (:func:`dtlab.paths.read_bytes`), not text, or holds no
+    topology (the message names the file)."""
+    raw = read_bytes(path, HINT)
     try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except IsADirectoryError:
-        raise ValueError(f"{path} is a folder: give the file") from None
+        text = raw.decode("utf-8")
     except UnicodeDecodeError:
-        raise ValueError(f"{path} is not text: give `nvidia-smi topo -m` output or an NCCL "
-                         f"topology XML") from None
-    except FileNotFoundError:
-        raise FileNotFoundError(f"{path}: no such file") from None
+        raise ValueError(f"{shown(path)} is not text: {HINT}") from None
     try:
         return parse(text)
     except ValueError as e:
-        raise ValueError(f"{path}: {e}") from None
+        raise ValueError(f"{shown(path)}: {e}: {HINT}") from None
 
 
 def to_json(topo: dict) -> dict:

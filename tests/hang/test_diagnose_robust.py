@@ -60,7 +60,7 @@ def test_the_read_itself_refuses_what_is_not_a_regular_file(tmp_path):
     os.symlink("/dev/zero", tmp_path / "link")
     assert L.read_regular(str(tmp_path / "fifo"))[0] is None  # O_NONBLOCK: no wait for a writer
     assert L.read_regular(str(tmp_path / "link"))[0] is None  # O_NOFOLLOW
-    assert L.read_regular("/dev/zero")[1] == "not a regular file"
+    assert L.read_regular("/dev/zero")[1] == "a character device, not a regular file"
 
 
 def test_reads_are_bounded(job, monkeypatch):
@@ -114,6 +114,14 @@ def test_only_unreadable_files_is_no_evidence_and_exit_status_2(tmp_path, capsys
         diagnose(str(tmp_path))
     assert main(str(tmp_path)) == 2
     assert "Traceback" not in capsys.readouterr().err
+
+
+def test_a_run_json_nested_200k_deep_is_unreadable_evidence(job):
+    """json.loads recurses once per level: past Python's limit it raised RecursionError."""
+    deep = "[" * 200_000 + "]" * 200_000
+    (job / "run.json").write_text('{"nprocs": 2, "backend": "gloo", "ranks": ' + deep + "}")
+    d = diagnose(str(job))
+    assert "nested deeper" in unreadable(d)["run.json"] and d.failure_class == "exception"
 
 
 def test_malformed_run_json_is_unreadable(job):

@@ -144,6 +144,9 @@ def test_matrix_strips_ansi_and_refuses_junk():
         T.parse("<system><cpu numaid='0'></cpu></system>")
     with pytest.raises(ValueError, match="root element"):
         T.parse("<topology/>")
+    deep = "<system><cpu numaid='0'>" + "<pci busid='0'>" * 5000 + "</pci>" * 5000 + "</cpu></system>"
+    with pytest.raises(ValueError, match="nested deeper"):  # was a RecursionError
+        T.parse(deep)
 
 
 def test_reconcile_flags_the_slow_pair():

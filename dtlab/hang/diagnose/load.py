@@ -12,11 +12,12 @@ console            any other text: rank output, torchrun/launcher console, dmesg
 
 Reading a folder dtlab did not write: only regular files are read (a FIFO, a device, a socket
 or a symlink -- which could point at /dev/zero -- is listed as skipped, never opened for
-reading), each through a non-blocking, no-follow open checked again with fstat, and at most
-``MAX_BYTES`` (64 MiB) of each file and ``MAX_TOTAL`` (512 MiB) in all are read; a larger file
-is skipped and said so. Every file that is skipped or cannot be made sense of (a Flight Recorder
-dump with malformed entries, a pickle of something else, binary junk) is *unreadable evidence*:
-listed with the reason in ``EvidenceSet.skipped`` and in the diagnosis, never a crash.
+reading), each through :func:`dtlab.paths.read_regular` (a non-blocking, no-follow open checked
+again with fstat), and at most ``MAX_BYTES`` (64 MiB) of each file and ``MAX_TOTAL`` (512 MiB)
+in all are read; a larger file is skipped and said so. Every file that is skipped or cannot be
+made sense of (a Flight Recorder dump with malformed entries, a pickle of something else, binary
+junk, JSON nested 200,000 deep) is *unreadable evidence*: listed with the reason in
+``EvidenceSet.skipped`` and in the diagnosis, never a crash.
 
 Flight Recorder dumps are pickles (torch's own ``fr_trace`` analyzer unpickles them too). They
 are read with an unpickler that refuses every class -- the dumps torch 2.10/2.11 write hold only
@@ -31,10 +32,10 @@ import json
 import os
 import pickle
 import re
-import stat
 from dataclasses import dataclass, field
 
-MAX_BYTES = 64 << 20  # per file: a larger file is not evidence a person produced on purpose
+from ...paths import MAX_BYTES, read_regular  # per file: bounded, no FIFO, device or symlink
+
 MAX_TOTAL = 512 << 20  # per folder: past this, files are listed but not read
 MAX_FILES = 5000  # per folder: a job's logs, not a file system
 _RANK_IN_NAME = re.compile(r"(?:rank|trace_|_r)[_\-]?(\d+)(?!.*\d)", re.IGNORECASE)
@@ -102,6 +103,8 @@ def classify(path: str, raw: bytes) -> tuple[str, object, str]:
     if stripped.startswith("{"):
         try:
             obj = json.loads(text)
+        except RecursionError:  # '[' * 200_000: nothing dtlab or torch writes
+            return "unreadable", None, "JSON nested deeper than Python's recursion limit"
         except ValueError:
             obj = None
         if isinstance(obj, dict):
@@ -125,46 +128,6 @@ def classify(path: str, raw: bytes) -> tuple[str, object, str]:
 
 def _short(e: BaseException) -> str:
     return f"{type(e).__name__}: {str(e)[:80]}"
-
-
-def read_regular(path: str, limit: int = MAX_BYTES) -> tuple[bytes | None, str]:
-    """(contents, "") of a regular file of at most ``limit`` bytes, else (None, why not).
-
-    Opened with O_NONBLOCK | O_NOFOLLOW, so neither a FIFO nor a symlink can block or redirect
-    the read, then checked with fstat: what is read is what was checked."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
-    except OSError as e:
-        return None, f"cannot open it ({e.strerror or _short(e)})"
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            return None, "not a regular file"
-        if st.st_size > limit:
-            return None, f"larger than {limit >> 20} MiB ({st.st_size >> 20} MiB): not read"
-        chunks, n = [], 0
-        while n <= limit:
-            chunk = os.read(fd, min(1 << 20, limit + 1 - n))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            n += len(chunk)
-        if n > limit:  # it grew while being read
-            return None, f"larger than {limit >> 20} MiB: not read"
-        return b"".join(chunks), ""
-    except OSError as e:
-        return None, f"cannot read it ({e.strerror or _short(e)})"
-    finally:
-        os.close(fd)
-
-
-def _kind_of(mode: int) -> str:
-    for test, name in ((stat.S_ISLNK, "a symlink"), (stat.S_ISFIFO, "a FIFO"),
-                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-                       (stat.S_ISSOCK, "a socket")):
-        if test(mode):
-            return name
-    return "not a regular file"
 
 
 def _run_problem(info: dict) -> str | None:
@@ -200,14 +163,6 @@ def load(root: str) -> EvidenceSet:
             full = os.path.join(dirpath, name)
             rel = os.path.relpath(full, root)
             seen += 1
-            try:
-                mode = os.lstat(full).st_mode
-            except OSError as e:
-                ev.skipped.append((rel, f"cannot stat it ({e.strerror})"))
-                continue
-            if not stat.S_ISREG(mode):
-                ev.skipped.append((rel, f"{_kind_of(mode)}: not read"))
-                continue
             if seen > MAX_FILES or total >= MAX_TOTAL:
                 ev.skipped.append((rel, f"past dtlab's limit of {MAX_FILES} files / "
                                         f"{MAX_TOTAL >> 20} MiB per folder: not read"))
