@@ -10,7 +10,8 @@ group does not reach it::
                              │ every 1 s: remember each rank's descendants (pid + start time)
                              ▼
     "done": end any remembered descendant that escaped its rank's tree (its rank was killed)
-    EOF without "done" = the parent died: SIGKILL every rank's process group, every descendant
+    EOF without "done", or the parent's exit (a pidfd; a process it forked may hold the pipe
+    open) = the parent died: SIGKILL every rank's process group, every descendant
     seen, every descendant still attached; run the "undo" commands, last first; remove the run
     folder; exit.
 
@@ -21,8 +22,8 @@ itself when it can, the reaper only when the parent died first.
 The ranks make themselves child subreapers (:mod:`.rankside`), so a descendant that starts its own
 session or loses its parent stays in its rank's tree and is found. Remembered processes are
 matched by start time as well as pid, so a recycled pid is never killed. It is a script of the
-standard library alone (``python -S -E reaper.py RUN_DIR``), reading the tree from /proc; the
-ranks use the same functions to end their own descendants.
+standard library alone (``python -S -E reaper.py RUN_DIR PARENT_PID``), reading the tree from
+/proc; the ranks use the same functions to end their own descendants.
 """
 
 from __future__ import annotations
@@ -43,7 +44,8 @@ def start(run_dir: str) -> subprocess.Popen:
     It runs as a plain script of the standard library (``-S -E``: no site packages, no
     environment), so it costs a launch almost nothing."""
     bare = ["-S", "-E"] if os.path.isdir("/proc/self/task") else []  # psutil needs site
-    return subprocess.Popen([sys.executable, *bare, os.path.abspath(__file__), run_dir],
+    return subprocess.Popen([sys.executable, *bare, os.path.abspath(__file__), run_dir,
+                             str(os.getpid())],
                             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
 
@@ -187,22 +189,42 @@ def _undo(commands: list[list[str]]) -> None:
             pass
 
 
-def main(run_dir: str) -> None:
+def _parent_exit_fd(parent: int) -> int | None:
+    """A pidfd of ``parent`` (readable once it has exited), or None where there is none."""
+    try:
+        fd = os.pidfd_open(parent)
+    except (AttributeError, OSError):  # Python < 3.9, Linux < 5.3, or it is gone already
+        return None
+    if os.getppid() != parent:  # gone before the pidfd was opened: the pid may be another's now
+        os.close(fd)
+        return None
+    return fd
+
+
+def _parent_died(ranks, seen, undo, run_dir: str) -> None:
+    _kill_all(ranks, seen)
+    _undo(undo)
+    if not os.environ.get("DTLAB_KEEP_RUNS"):  # as Supervisor.close would
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def main(run_dir: str, parent: int | None = None) -> None:
+    """Serve one parent: ``parent`` is its pid (the pipe alone cannot tell: a process the parent
+    forked holds its end open after the parent died)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C in a terminal is the parent's to handle
     ranks: dict[int, float] = {}
     seen: dict[int, float] = {}
     undo: list[list[str]] = []
     buf = b""
     fd = sys.stdin.fileno()
+    exit_fd = _parent_exit_fd(parent) if parent else None
     while True:
-        ready, _, _ = select.select([fd], [], [], POLL)
-        if ready:
+        ready, _, _ = select.select([fd] + ([exit_fd] if exit_fd is not None else []), [], [],
+                                    POLL)
+        if fd in ready:
             data = os.read(fd, 4096)
             if not data:  # EOF: the parent is gone without saying "done"
-                _kill_all(ranks, seen)
-                _undo(undo)
-                if not os.environ.get("DTLAB_KEEP_RUNS"):  # as Supervisor.close would
-                    shutil.rmtree(run_dir, ignore_errors=True)
+                _parent_died(ranks, seen, undo, run_dir)
                 return
             buf += data
             *lines, buf = buf.split(b"\n")
@@ -219,8 +241,12 @@ def main(run_dir: str) -> None:
                     import json  # only here: with re, ~80 ms of a bare start on a busy 2 cores
 
                     undo.append([str(a) for a in json.loads(arg)])
+        # the parent exited (its pidfd), or we were re-parented (no pidfd here): it died
+        if (exit_fd is not None and exit_fd in ready) or (parent and os.getppid() != parent):
+            _parent_died(ranks, seen, undo, run_dir)
+            return
         _remember(ranks, seen)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else None)

@@ -77,6 +77,36 @@ def test_killed_parent_leaves_no_rank_no_grandchild_no_folder(tmp_path, sig, poo
                 p.kill()
 
 
+FORKING_PARENT = textwrap.dedent("""
+    import os, sys, time
+    from dtlab.runtime import reaper
+    proc = reaper.start({run_dir!r})
+    child = os.fork()  # as multiprocessing's fork does: every fd, the reaper's pipe too
+    if child == 0:
+        time.sleep(1000)
+        os._exit(0)
+    print(proc.pid, child, flush=True)
+    time.sleep(1000)
+""")
+
+
+def test_reaper_sees_its_parent_die_though_a_forked_child_holds_the_pipe(tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    parent = subprocess.Popen([sys.executable, "-c", FORKING_PARENT.format(run_dir=str(run_dir))],
+                              stdout=subprocess.PIPE, text=True)
+    reaper_pid, child = map(int, parent.stdout.readline().split())
+    try:
+        parent.kill()
+        parent.wait()
+        assert pid_gone(reaper_pid, 5), "the reaper waits for an EOF the forked child holds back"
+        assert not run_dir.exists(), "the run folder (and its control.key) outlived the parent"
+    finally:
+        os.kill(child, signal.SIGKILL)
+        if not pid_gone(reaper_pid, 0):
+            os.kill(reaper_pid, signal.SIGKILL)
+
+
 def test_grandchildren_in_their_own_session_end_with_the_run(tmp_path):
     pid_file = str(tmp_path / "pids")
     dtlab.run(spawn_children, pid_file, nprocs=2, backend="gloo")
