@@ -5,10 +5,22 @@
 * :mod:`.model`  the Llama-style decoder (RMSNorm, RoPE, SwiGLU, GQA) and its sizes
 * :mod:`.data`   byte-level tokens of the Python standard library's sources; per-rank batches
 * :mod:`.train`  FSDP2 training on ``dtlab.run`` ranks: loss, step time, tokens/s, memory, MFU
+
+The names below are imported on first use: ``dtlab capstone --help`` (and every other command,
+whose parser lists the capstone's) need not import torch.
 """
 
-from .model import CONFIGS, Config, Llama, flops_per_token, n_params
-from .train import format_summary, train
+import importlib
+
+_FROM = {"CONFIGS": "model", "Config": "model", "Llama": "model", "flops_per_token": "model",
+         "n_params": "model", "train": "train", "format_summary": "train"}
 
 __all__ = ["CONFIGS", "Config", "Llama", "n_params", "flops_per_token", "train",
            "format_summary"]
+
+
+def __getattr__(name: str):
+    if name in _FROM:  # kept here: importing .train binds the name to the submodule
+        value = globals()[name] = getattr(importlib.import_module(f".{_FROM[name]}", __name__), name)
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

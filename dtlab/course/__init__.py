@@ -20,7 +20,16 @@ In a test cell (the same code in a learner's JupyterLab and under the grader)::
 Importing this package is cheap (no nbgrader, no pandas, no torch) so notebooks can use it freely.
 """
 
-from .answer import Answer, Folder, answer, folder
+import sys
+
+# jsonschema's optional RFC 3987 checker (rfc3987_syntax, which JupyterLab's jupyter_events pulls
+# in) compiles 39 Lark grammars when jsonschema is imported: 2.2 s of CPU in every process that
+# imports nbformat (0.35 s without), paid by the grader once per notebook. Notebook schemas use no
+# "iri" format; in this process jsonschema goes without that one check.
+if "jsonschema" not in sys.modules:
+    sys.modules.setdefault("rfc3987_syntax", None)
+
+from .answer import Answer, Folder, answer, folder  # noqa: E402
 from .api import Graded, Released, Validation, autograde, feedback, merge, release, report, validate
 from .broken import unlabeled_copy
 from .context import cell
