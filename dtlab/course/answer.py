@@ -115,7 +115,9 @@ class Answer:
         self.idle_s = idle_s
         self.world = world(without)
         first = self._first_frame(caller)  # refused here, before anything starts, if not its own
-        self._inputs = tempfile.mkdtemp(prefix="dtlab-inputs-")
+        # under the grader's own folder, which it removes even when it kills this kernel
+        self._inputs = tempfile.mkdtemp(prefix="dtlab-inputs-",
+                                        dir=self.ctx.work if self.ctx else None)
         self._box = None
         self._proc = None
         self._printed = [0]
@@ -318,7 +320,7 @@ def sandbox_box(ctx):
 
     cgroup = Cgroup(ctx.cgroup["dirs"], ctx.cgroup["version"]) if ctx.cgroup else None
     return Box(ctx.assignment, Limits(**ctx.limits) if ctx.limits else None,
-               isolate=ctx.isolate, cgroup=cgroup)
+               isolate=ctx.isolate, cgroup=cgroup, scratch=ctx.work)
 
 
 def _from_kernel(fn, caller: dict) -> dict:

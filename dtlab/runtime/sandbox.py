@@ -181,9 +181,12 @@ class Box:
     """One submission's processes: each :meth:`popen` a sandbox, all in one cgroup."""
 
     def __init__(self, name: str, limits: Limits | None = None, isolate: bool = True,
-                 cgroup: Cgroup | None = None):
+                 cgroup: Cgroup | None = None, scratch: str | None = None):
         """``cgroup``: an existing group to run in (its owner removes it); else the box makes one
-        where it can, and removes it on :meth:`close`."""
+        where it can, and removes it on :meth:`close`. ``scratch``: where the home folders of
+        unsandboxed processes go (default: the temp dir), so that whoever removes it removes
+        them even if this box's owner is killed before :meth:`close`."""
+        self.scratch = scratch
         if isolate and (why := unavailable()):
             raise RuntimeError(f"no sandbox on this machine: {why}")
         self.limits = limits or Limits()
@@ -218,7 +221,7 @@ class Box:
             env.update(_environment(view))
             import tempfile
 
-            env["HOME"] = tempfile.mkdtemp(prefix="dtlab-unsandboxed-home-")
+            env["HOME"] = tempfile.mkdtemp(prefix="dtlab-unsandboxed-home-", dir=self.scratch)
             self._homes.append(env["HOME"])
             kwargs.setdefault("cwd", env["HOME"])
             kwargs["start_new_session"] = True
@@ -245,7 +248,7 @@ class Box:
         if not self.isolate:
             import tempfile
 
-            env["HOME"] = cwd = tempfile.mkdtemp(prefix="dtlab-unsandboxed-home-")
+            env["HOME"] = cwd = tempfile.mkdtemp(prefix="dtlab-unsandboxed-home-", dir=self.scratch)
             self._homes.append(cwd)
         proc = zygote.spawn(main, args, env=env, cwd=cwd, path=path, holder=holder,
                             cgroup=self.cgroup.procs_files if self.cgroup else [],

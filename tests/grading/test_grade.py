@@ -3,6 +3,7 @@ source and run in a kernel of the grader's, the learner's code in sandboxes, nbg
 rule, limits that say what they mean, and the command line's one-line errors."""
 
 import json
+import os
 
 import nbformat
 import pytest
@@ -56,9 +57,21 @@ def cell(nb, gid):
     return next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == gid)
 
 
+def _scratch():
+    """What a grading may leave in the temp dir: none, since the grader kills its kernel (so no
+    atexit there) -- the answers' inputs and the unsandboxed homes live in the grader's folder."""
+    import glob
+    import tempfile
+
+    return {p for pattern in ("dtlab-inputs-*", "dtlab-unsandboxed-home-*")
+            for p in glob.glob(os.path.join(tempfile.gettempdir(), pattern))}
+
+
 def test_the_solution_scores_full_and_the_results_are_written(course, no_orphans):
     tmp, src = course
+    before = _scratch()
     r = grade(src, "99_tiny", source=src, out=str(tmp / "out"), student="alice")
+    assert _scratch() == before
     assert (r.score, r.max_score) == (3.0, 3.0), r.scores
     assert r.sandbox.startswith("bwrap sandbox, cgroup")  # and what isolated it
     saved = json.load(open(tmp / "out" / "result.json"))
@@ -156,8 +169,10 @@ def test_without_a_sandbox_grading_refuses_unless_told_unsafe(course, monkeypatc
     assert cli.main(["course", "grade", src, "--assignment", "99_tiny", "--source", src,
                      "--out", str(tmp / "o")]) == 2
     assert capsys.readouterr().err.count("\n") == 1
+    before = _scratch()
     r = grade(src, "99_tiny", source=src, isolate=False)
     assert r.score == 3.0 and r.unsafe and r.sandbox.startswith("UNSAFE")
+    assert _scratch() == before
     assert cli.main(["course", "grade", src, "--assignment", "99_tiny", "--source", src,
                      "--out", str(tmp / "o"), "--unsafe-no-sandbox"]) == 0
     assert "[UNSAFE: graded without a sandbox]" in capsys.readouterr().out
