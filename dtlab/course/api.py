@@ -215,6 +215,7 @@ def autograde(submissions: str, *, db: str | None = None, root: str | None = Non
                               f"--unsafe-no-sandbox to grade without isolation (every report "
                               f"line will say so)")
     root = course_root(root)
+    _config(root, db)  # a gradebook that cannot be written is refused now, not after the grading
     known = sync(root, notebooks)
     submissions = os.path.abspath(submissions)
     pairs = scan_submissions(submissions, known)
