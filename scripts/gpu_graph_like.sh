@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# Small messages in CUDA-graph mode, dtlab and nccl-tests under the same NCCL settings, in one
-# job (grading issue 3b, "like for like"): `dtlab bench --graph` runs its ranks with
-# NCCL_GRAPH_MIXING_SUPPORT=0, so nccl-tests -G runs with it too; nccl-tests' default (the
-# variable unset) is kept beside, for the record. Three rounds, interleaved, so drift shows.
+# Small messages in CUDA-graph mode, dtlab and nccl-tests under the same NCCL settings and the
+# same number of graph replays, in one job (truth issue 3b, "like for like"): `dtlab bench
+# --graph` runs its ranks with NCCL_GRAPH_MIXING_SUPPORT=0, so nccl-tests -G runs with it too;
+# both replay the captured loop of 20 calls 100 times (nccl-tests -G 100, dtlab's default) and
+# once (-G 1, graph=1), since one replay leaves the launch skew between ranks in the figure.
+# Three rounds, interleaved, so drift shows.
 #
 #   bash scripts/gpu_graph_like.sh OUT_DIR NCCL_TESTS_SRC
 #
-# OUT_DIR/env.txt, r<i>_nt_<op>_mixing_off.txt, r<i>_nt_<op>_default.txt, r<i>_dtlab.csv
-# (r1..r3), steps.log. NVLink multicast stays off.
+# OUT_DIR/env.txt, rounds.tgz (r<i>_nt_<op>_G<n>.txt, r<i>_dtlab_G<n>.csv), steps.log.
+# NVLink multicast stays off.
 set -u -o pipefail
 OUT=${1:?usage: bash scripts/gpu_graph_like.sh OUT_DIR NCCL_TESTS_SRC}; SRC=${2:?NCCL_TESTS_SRC}
 mkdir -p "$OUT"; OUT=$(cd "$OUT" && pwd)
@@ -25,14 +27,16 @@ timeout 300 make -C /tmp/nt -j 16 MPI=0 NCCL_HOME="$NCCL_HOME" CUDA_HOME=${CUDA_
   NVCC_GENCODE="-gencode=arch=compute_90,code=sm_90" > "$OUT/build.txt" 2>&1
 log "nccl-tests build: exit $?"
 for r in 1 2 3; do
-  for op in all_reduce sendrecv; do
-    NCCL_GRAPH_MIXING_SUPPORT=0 timeout 60 /tmp/nt/build/${op}_perf -b 8 -e 64K -f 2 -g "$NGPU" -G 100 \
-      > "$OUT/r${r}_nt_${op}_mixing_off.txt" 2>&1; log "r$r nccl-tests $op -G 100 mixing off: exit $?"
-    timeout 60 /tmp/nt/build/${op}_perf -b 8 -e 64K -f 2 -g "$NGPU" -G 100 \
-      > "$OUT/r${r}_nt_${op}_default.txt" 2>&1; log "r$r nccl-tests $op -G 100 default: exit $?"
+  for g in 100 1; do
+    for op in all_reduce sendrecv; do
+      NCCL_GRAPH_MIXING_SUPPORT=0 timeout 60 /tmp/nt/build/${op}_perf -b 8 -e 64K -f 2 -g "$NGPU" -G $g \
+        > "$OUT/r${r}_nt_${op}_G$g.txt" 2>&1; log "r$r nccl-tests $op -G $g mixing off: exit $?"
+    done
+    timeout 180 python3 -c "import sys; from dtlab import bench
+df = bench.sweep(['all_reduce', 'sendrecv'], 8, '64K', nprocs=$NGPU, graph=$g)
+df.to_csv(sys.argv[1], index=False)" "$OUT/r${r}_dtlab_G$g.csv" > "$OUT/r${r}_dtlab_G$g.txt" 2>&1
+    log "r$r dtlab bench graph=$g: exit $?"
   done
-  timeout 120 python3 -m dtlab bench --nprocs "$NGPU" --op all_reduce,sendrecv -b 8 -e 64K --graph \
-    --csv "$OUT/r${r}_dtlab.csv" > "$OUT/r${r}_dtlab.txt" 2>&1; log "r$r dtlab bench --graph: exit $?"
 done
 cd "$OUT" && tar -czf rounds.tgz r[123]_* && rm -f r[123]_*
 log done

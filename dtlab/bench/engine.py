@@ -77,7 +77,7 @@ def sweep(op: str | Sequence[str] = "all_reduce", min_bytes: int | str = 8,
           max_bytes: int | str = "128M", factor: int = 2, iters: int = 20, warmup: int = 5,
           dtype: Any = "float32", nprocs: int | None = None, backend: str = "auto", pool=None,
           progress: bool = True, timeout: float | None = 600, check: bool = True,
-          env: dict | None = None, graph: bool = False,
+          env: dict | None = None, graph: bool | int = False,
           _inject: dict | None = None) -> "pandas.DataFrame":
     """Measure algbw/busbw of ``op`` (a name, a list, or ``"all"``) like nccl-tests' ``*_perf``.
 
@@ -86,8 +86,9 @@ def sweep(op: str | Sequence[str] = "all_reduce", min_bytes: int | str = 8,
     and rank 0 prints each size's row as it completes. ``check=False`` skips the ``#wrong``
     check (N/A). ``env``: the ranks' environment (e.g. ``{"NCCL_PROTO": "Simple"}``; NCCL reads
     it when ranks start, so not with ``pool=``). ``graph=True`` captures each size's timed loop
-    in a CUDA graph and times its replay (:mod:`dtlab.bench.graph`; NCCL on GPUs only, else
-    ValueError before anything starts). Flight Recorder is off in the sweep's ranks
+    in a CUDA graph and times :data:`GRAPH_LAUNCHES` replays of it (``graph=N``: N replays; as
+    nccl-tests ``-G N``; :mod:`dtlab.bench.graph`; NCCL on GPUs only, else ValueError before
+    anything starts). Flight Recorder is off in the sweep's ranks
     (:func:`quiet_env`); a pool's ranks keep what they started with. ``_inject`` is a test hook: ``{"corrupt": k}`` damages k elements of rank 0's
     result before the check, ``{"unsupported": [op]}`` makes ``op`` fail as a backend without it.
 
@@ -99,6 +100,7 @@ def sweep(op: str | Sequence[str] = "all_reduce", min_bytes: int | str = 8,
     """
     cfg = make_config(op, min_bytes, max_bytes, factor, iters, warmup, dtype, progress, check,
                       _inject, nprocs=nprocs if pool is None else None, graph=graph)
+    graph = cfg["graph"]
     if graph:
         from .graph import check_graph_possible
 
@@ -110,7 +112,8 @@ def sweep(op: str | Sequence[str] = "all_reduce", min_bytes: int | str = 8,
         print(f"dtlab.bench: {', '.join(cfg['ops'])} | {len(sizes)} sizes "
               f"{format_size(sizes[0])}..{format_size(sizes[-1])} (x{factor}) | {cfg['warmup']} "
               f"warmup + {cfg['iters']} timed calls per size and column | rank 0 prints each "
-              f"size as it completes{' | CUDA graph replay' if graph else ''}", flush=True)
+              f"size as it completes{f' | CUDA graph, {graph} replays per size' if graph else ''}",
+              flush=True)
     t0 = time.monotonic()
     if pool is not None:
         if env:
@@ -151,6 +154,24 @@ def quiet_env(graph: bool = False) -> dict[str, str]:
     return env
 
 
+# replays of the captured loop per size with graph=True: nccl-tests -G 100, the setting every
+# side-by-side comparison in BENCHMARKS.md uses (one replay leaves the launch skew between the
+# ranks' processes in the figure, spread over only `iters` calls)
+GRAPH_LAUNCHES = 100
+
+
+def graph_launches(graph) -> int:
+    """``sweep``'s ``graph=``: False -> 0 (eager), True -> :data:`GRAPH_LAUNCHES`, N >= 1 -> N."""
+    if graph is False or graph is None:
+        return 0
+    if graph is True:
+        return GRAPH_LAUNCHES
+    if isinstance(graph, int) and 1 <= graph <= 100_000:
+        return graph
+    raise ValueError(f"graph={graph!r}: give True, False or a number of replays from 1 to "
+                     f"100000 (as nccl-tests -G N).")
+
+
 def make_config(op, min_bytes, max_bytes, factor=2, iters=20, warmup=5, dtype="float32",
                 progress=True, check=True, inject=None, nprocs=None, graph=False) -> dict:
     """Check :func:`sweep`'s arguments and return what the ranks get
@@ -162,7 +183,7 @@ def make_config(op, min_bytes, max_bytes, factor=2, iters=20, warmup=5, dtype="f
             "factor": factor, "iters": _count("iters", iters, 1),
             "warmup": _count("warmup", warmup, 0), "dtype": resolve_dtype(dtype),
             "progress": bool(progress), "check": bool(check), "inject": dict(inject or {}),
-            "graph": bool(graph), "run_id": os.urandom(6).hex()}
+            "graph": graph_launches(graph), "run_id": os.urandom(6).hex()}
 
 
 def result_frame(out: dict, cfg: dict) -> "pandas.DataFrame":
@@ -185,7 +206,7 @@ def _header(out: dict, cfg: dict) -> dict:
          "nthreads": 1, "ngpus": 1,  # one process per rank, one device each (nccl-tests + MPI)
          "min_bytes": cfg["sizes"][0], "max_bytes": cfg["sizes"][-1], "step": cfg["factor"],
          "step_kind": "factor", "warmup_iters": cfg["warmup"], "iters": cfg["iters"],
-         "validation": int(cfg["check"]), "graph": int(cfg.get("graph", False)),
+         "validation": int(cfg["check"]), "graph": int(cfg.get("graph", 0)),
          "dtype": cfg["dtype"], "notes": [], "warnings": []}
     if out.get("nccl_version"):
         h["nccl_version"] = out["nccl_version"]

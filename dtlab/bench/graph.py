@@ -14,7 +14,8 @@ Rank-side contract (runs inside a rank of :func:`dtlab.run`, NCCL backend only):
    capture mode as nccl-tests uses), then one untimed replay (the graph's first launch uploads
    it);
 3. barrier; a tiny eager all_reduce aligns the ranks' GPUs (as in the eager path,
-   :func:`dtlab.bench.timing.time_case`); CUDA events around ``launches`` replays; seconds per
+   :func:`dtlab.bench.timing.time_case`); CUDA events around ``launches`` replays (default
+   100, :data:`dtlab.bench.engine.GRAPH_LAUNCHES`, as nccl-tests ``-G 100``); seconds per
    call = elapsed / (iters * launches); the caller takes the MAX over ranks;
 4. always, error or not: ``del g`` and a device synchronize before returning, so no captured
    NCCL work is alive when the process group is destroyed (a job hung in
@@ -36,9 +37,6 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-GRAPH_LAUNCHES = 1  # replays timed per size; each holds `iters` calls (nccl-tests -G 1)
-
-
 def check_graph_possible(backend: str | None = None) -> None:
     """ValueError, one line, when graph mode cannot run here (no CUDA, or a CPU backend)."""
     if not torch.cuda.is_available():
@@ -50,7 +48,7 @@ def check_graph_possible(backend: str | None = None) -> None:
                          f"CPU and has nothing to capture.")
 
 
-def time_graphed(case, iters: int, warmup: int, device, launches: int = GRAPH_LAUNCHES) -> float:
+def time_graphed(case, iters: int, warmup: int, device, launches: int) -> float:
     """Seconds per call of ``case.run()`` replayed from a CUDA graph (this rank's; the caller
     reduces over ranks)."""
     if device.type != "cuda":

@@ -166,12 +166,14 @@ def _agree(value: float, op, device, dtype=torch.float64) -> float:
     return t.item()
 
 
-def time_case(case: Case, iters: int, warmup: int, device, graph: bool = False) -> float:
-    """Seconds per call, the MAX over ranks; ``graph``: replayed from a CUDA graph (graph.py)."""
+def time_case(case: Case, iters: int, warmup: int, device, graph: int = 0) -> float:
+    """Seconds per call, the MAX over ranks; ``graph``: that many replays of the loop captured
+    in a CUDA graph (graph.py); 0: eager."""
     if graph:
         from .graph import time_graphed
 
-        return _agree(time_graphed(case, iters, warmup, device), dist.ReduceOp.MAX, device)
+        return _agree(time_graphed(case, iters, warmup, device, int(graph)), dist.ReduceOp.MAX,
+                      device)
     for _ in range(warmup):
         case.run()
     _sync(device)
@@ -222,7 +224,7 @@ def _column(op, chunk, inplace, cfg, device, dtype, seed, inject):
         if op in inject.get("unsupported", ()):
             raise RuntimeError(f"[test hook] backend does not support {op}")
         case = Case(op, chunk, inplace, dtype, device)
-        seconds = time_case(case, cfg["iters"], cfg["warmup"], device, cfg.get("graph", False))
+        seconds = time_case(case, cfg["iters"], cfg["warmup"], device, cfg.get("graph", 0))
         wrong = check_case(case, seed, device, inject.get("corrupt", 0)) if cfg["check"] else None
         del case
         return seconds, wrong, None

@@ -51,6 +51,17 @@ def test_without_cuda_graph_and_p2p_refuse_in_one_line(capsys):
         assert err.startswith("dtlab bench: ") and err.count("\n") == 1, err
 
 
+def test_graph_replays_default_to_nccl_tests_g100_and_bad_counts_are_refused():
+    from dtlab.bench.engine import GRAPH_LAUNCHES, make_config
+
+    assert GRAPH_LAUNCHES == 100  # what BENCHMARKS.md's nccl-tests runs use (-G 100)
+    for given, replays in ((False, 0), (True, GRAPH_LAUNCHES), (1, 1), (7, 7)):
+        assert make_config("all_reduce", 8, 64, graph=given)["graph"] == replays
+    for bad in (0, -1, 2.5, "100", 10**9):
+        with pytest.raises(ValueError, match="graph="):
+            make_config("all_reduce", 8, 64, graph=bad)
+
+
 def test_ceiling_from_recorded_evidence(tmp_path):
     nvl = os.path.join(LOGS, "nvidia-smi-nvlink.txt")
     log = os.path.join(LOGS, "default", "vm.1071.log")
