@@ -86,5 +86,5 @@ def run(args) -> int:
         return status  # as a shell reports a process ended by that signal
     print(json.dumps(res, indent=1) if args.json else render(res))
     if args.fault:
-        return 0 if res["diagnosis"]["failure_class"] != "launch_failed" else 1
+        return 0 if res["diagnosis"]["failure_class"] not in ("launch_failed", "unfinished") else 1
     return 0 if res["ok"] else 1

@@ -20,6 +20,8 @@ slow_link          the run worked, and a tc rate limit on a node's link, or one 
                    t(S) = alpha + S / rate)
 world_incomplete   the check ran but ranks are missing or duplicated
 no_failure         the check ran and the world is whole
+unfinished         no agent failed, yet the check had not reported when the agents were
+                   stopped at the time limit: too slow to tell (a verdict unsure, not a failure)
 launch_failed      anything else (the last error line of each failed node is the evidence)
 =================  ==========================================================================
 
@@ -155,6 +157,17 @@ def diagnose(consoles: dict[str, str], codes: dict[str, int | None], report: dic
         note("report.json", "check", f"{report['ranks_present']} of {report['world_size']} ranks"
              + (f", {measured}" if measured else ""))
         return done("no_failure", "every rank present, no duplicate, links as expected")
+
+    started = [p["name"] for p in plan if p["start"]]
+    running = [n for n in started if codes.get(n) is None]
+    if running and all(codes.get(n) in (0, None) for n in started):
+        for n in running:
+            last = (consoles.get(n, "").strip().splitlines() or ["(no output yet)"])[-1]
+            note(f"{n}.log", "console", f"still running when stopped; its last line: {last[:300]}")
+        return done("unfinished", f"no agent failed, but the check had not reported when "
+                    f"{', '.join(running)} were stopped at the rehearsal's time limit: too slow "
+                    f"to tell whether the launch works (a busy machine? larger --join-timeout "
+                    f"and --pg-timeout give it longer)")
 
     for n, t in consoles.items():
         if codes.get(n) not in (0, None):

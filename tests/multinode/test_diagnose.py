@@ -34,3 +34,16 @@ def test_the_same_error_in_a_run_that_failed_still_names_the_failure():
                           ({"node0": 0, "node1": 0}, {**REPORT, "ok": False})):
         d = diagnose(CONSOLES, codes, report, PLAN)
         assert d["failure_class"] == "launch_failed", (codes, report, d)
+
+
+def test_agents_stopped_at_the_time_limit_without_failing_is_unfinished_not_a_failure():
+    """A busy machine: both agents still starting their ranks when the rehearsal's limit came."""
+    consoles = {"node0": "", "node1": "node_rank is only used for static rdzv_backend. It will "
+                "be ignored for rdzv_backend=c10d.\n"}
+    d = diagnose(consoles, {"node0": None, "node1": None}, None, PLAN)
+    assert d["failure_class"] == "unfinished", d
+    assert [e["file"] for e in d["evidence"]] == ["node0.log", "node1.log"]
+    assert "node_rank is only used" in d["evidence"][1]["finding"]
+    # one agent failed while the other still ran: that failure is named as before
+    d = diagnose(consoles, {"node0": 1, "node1": None}, None, PLAN)
+    assert d["failure_class"] == "launch_failed", d
