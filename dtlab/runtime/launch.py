@@ -151,10 +151,10 @@ def _has_result(run_dir: str, rank: int) -> bool:
 def _collect(sup: Supervisor, wall: float) -> tuple[Results, dict[int, dict]]:
     """Every rank's output, exit code and value; also what each rank's result file said (or
     why it could not be read: one rank's unreadable value costs no other rank its own)."""
-    procs, ranks, got = sup.procs, [], {}
+    procs, ranks, got, pids = sup.procs, [], {}, sup.rank_pids()
     for r, (out, err) in procs.files.items():
         rr = RankResult(rank=r, stdout=output.read_range(out), stderr=output.read_range(err),
-                        exit_code=procs.exit_codes[r], pid=procs.pids.get(r),
+                        exit_code=procs.exit_codes[r], pid=pids.get(r),
                         device=sup.plan.devices[r])
         path = os.path.join(sup.run_dir, f"result-{r}.pkl")
         if os.path.exists(path):

@@ -148,6 +148,7 @@ class RankProcs:
             wait_all(procs, desc, grace)
         except KeyboardInterrupt as e:  # a second interrupt: skip the grace, but finish the job
             interrupted = e
+        desc += [d for d in self.descendants() if d not in desc]  # started during the grace
         signal_all(procs, desc, signal.SIGKILL)
         wait_all(procs, desc, 10.0)
         self.poll()
@@ -185,10 +186,12 @@ def signal_all(procs: dict, desc: list[psutil.Process], sig) -> None:
             os.killpg(p.pid, sig)
         except (ProcessLookupError, PermissionError):
             pass
+    groups = {p.pid for p in procs.values()}
     for d in desc:
         try:
-            d.send_signal(sig)
-        except psutil.Error:
+            if os.getpgid(d.pid) not in groups:  # those in a group above had it once already
+                d.send_signal(sig)
+        except (psutil.Error, OSError):
             pass
 
 

@@ -1,7 +1,7 @@
 """The rank side's one init/cleanup path, shared by both modes of :mod:`.worker`.
 
 :func:`bootstrap` (watch the parent, become the reaper of this rank's own descendants, arm the
-stack dump, restore the parent's import path), :func:`init_process_group`, and :func:`finish`
+stack dump, restore the launcher's import path), :func:`init_process_group`, and :func:`finish`
 (flush every byte of output, C stdio too; end every descendant; exit). Plus how a rank reports
 what happened: :func:`record_failure` (torch elastic's error-file format) and :func:`dump_value`.
 """
@@ -22,7 +22,7 @@ import traceback
 
 import cloudpickle
 
-from . import reaper
+from . import guard, reaper
 from .payload import ShippingPickler
 from .stacks import STACK_SIGNAL
 
@@ -31,14 +31,14 @@ _runtime_dir = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 # --- bootstrap -------------------------------------------------------------------------------
 
-def _watch_parent() -> None:
-    """End this rank and everything it started if the parent goes away.
+def _watch_parent(parent: int) -> None:
+    """End this rank and everything it started if its parent (the guard, :mod:`.guard`, or
+    where there is none the launcher) goes away.
 
-    The parent's reaper (:mod:`.reaper`) does this from outside the instant the parent dies;
-    this thread is the second line, for a reaper that was itself killed. No PR_SET_PDEATHSIG:
-    a rank killed by the kernel at once would orphan its own children to init, out of reach.
+    The launcher's reaper (:mod:`.reaper`) and the guard do this from outside; this thread is
+    the last line, for a guard and reaper that were killed too. No PR_SET_PDEATHSIG: a rank
+    killed by the kernel at once would orphan its own children to init, out of reach.
     """
-    parent = int(os.environ.get("DTLAB_PARENT_PID", "0") or 0)
     if not parent:
         return
 
@@ -51,17 +51,6 @@ def _watch_parent() -> None:
     if os.getppid() != parent:  # the parent died before we armed anything
         _die(137)
     threading.Thread(target=watch, name="dtlab-parent-watch", daemon=True).start()
-
-
-def _become_subreaper() -> None:
-    """PR_SET_CHILD_SUBREAPER: a descendant orphaned by its parent (a daemon that double-forked,
-    a child whose shell exited) is re-parented to this rank instead of init, so the rank's
-    process tree always holds everything it started (ARCHITECTURE.md, "Nothing survives")."""
-    if sys.platform.startswith("linux"):
-        try:
-            ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
-        except Exception:
-            pass
 
 
 def end_descendants(grace: float = 0.5) -> None:
@@ -79,11 +68,15 @@ def _die(code: int) -> None:
         os._exit(code)
 
 
-def bootstrap(run_dir: str) -> dict:
-    """Everything a rank does before user code: returns the parent's context."""
-    _become_subreaper()
-    _watch_parent()
-    # the launcher holds SIGINT blocked while it starts ranks, and a blocked mask is inherited
+def bootstrap(run_dir: str, parent: int) -> dict:
+    """Everything a rank does before user code: returns the launcher's context. ``parent``:
+    the pid of this rank's parent, watched from now on (:func:`.guard.start` returns it)."""
+    # PR_SET_CHILD_SUBREAPER: a descendant orphaned by its parent (a daemon that double-forked,
+    # a child whose shell exited) stays in this rank's tree instead of going to init, so the
+    # rank's tree holds everything it started (ARCHITECTURE.md, "Nothing survives")
+    guard.become_subreaper()
+    _watch_parent(parent)
+    # a blocked mask is inherited: the rank takes interrupts whatever its launcher had blocked
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     rank = int(os.environ["RANK"])
     faulthandler.enable(file=sys.stderr, all_threads=True)  # a segfault still prints a stack

@@ -25,7 +25,7 @@ import tempfile
 import time
 from typing import Callable
 
-from . import evidence, output, plan as _plan, reaper
+from . import evidence, guard, output, plan as _plan, reaper
 from .errors import Failure, exit_summary
 from .procs import RankProcs
 
@@ -130,6 +130,11 @@ class Supervisor:
     def files(self) -> dict[int, tuple[str, str]]:
         return self.procs.files
 
+    def rank_pids(self) -> dict[int, int]:
+        """Each rank's own process, the child of its guard (:mod:`.guard`); ``procs.pids`` are
+        the guards, whose process groups hold the ranks."""
+        return {r: guard.rank_pid(self.run_dir, r, pid) for r, pid in self.procs.pids.items()}
+
     # -- watch ------------------------------------------------------------------------------------
     def wait(self, ranks: list[int], progress: Callable[[float], dict[int, str]],
              pump: output.OutputPump, timeout: float | None,
@@ -196,7 +201,7 @@ class Supervisor:
 
     def examine(self, ranks: list[int], when: str) -> dict[int, str]:
         """Stacks (and, on NCCL, Flight Recorder dumps) of stuck ranks, without stopping them."""
-        pids = self.procs.pids
+        pids = self.rank_pids()
         self.stack_method, self.stacks[when] = evidence.examine_stuck(
             {r: pids[r] for r in ranks if r in pids}, self.run_dir, self.plan.backend)
         return self.stacks[when]

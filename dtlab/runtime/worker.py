@@ -17,7 +17,7 @@ import time
 
 import cloudpickle
 
-from . import rankside
+from . import guard, rankside
 from .evidence import dump_own_trace
 
 
@@ -56,7 +56,8 @@ def oneshot(run_dir: str) -> None:
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     mode, run_dir = argv[0], argv[1]
-    rankside.bootstrap(run_dir)
+    parent = guard.start(run_dir)  # from here on, this process is the rank; its parent guards it
+    rankside.bootstrap(run_dir, parent)
     if mode == "oneshot":
         oneshot(run_dir)
     elif mode == "serve":

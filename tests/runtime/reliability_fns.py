@@ -53,3 +53,15 @@ def spawn_children_and_wait(pid_file: str):
     import time
 
     time.sleep(1000)  # the parent is killed meanwhile
+
+
+def child_then_die(pid_file: str, how: dict):
+    """Start a child in a session of its own, record its pid, then die at once as ``how`` says
+    for this rank: ``"kill"`` (SIGKILL) or an exit code for ``os._exit``."""
+    child = subprocess.Popen(["sleep", "1000"], start_new_session=True)
+    with open(f"{pid_file}.{dist.get_rank()}", "w") as f:
+        f.write(f"{child.pid}\n")
+    end = how[dist.get_rank()]
+    if end == "kill":
+        os.kill(os.getpid(), 9)
+    os._exit(end)

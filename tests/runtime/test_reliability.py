@@ -17,7 +17,7 @@ import pytest
 
 import dtlab
 from conftest import pid_gone
-from reliability_fns import (leave_early, spawn_children, sys_exit_on,
+from reliability_fns import (child_then_die, leave_early, spawn_children, sys_exit_on,
                              value_from_a_module_only_ranks_have)
 
 pytestmark = pytest.mark.usefixtures("no_orphans")
@@ -112,6 +112,20 @@ def test_grandchildren_in_their_own_session_end_with_the_run(tmp_path):
     dtlab.run(spawn_children, pid_file, nprocs=2, backend="gloo")
     pids = _pids(pid_file, 2, timeout=1)
     assert all(pid_gone(p) for p in pids)
+
+
+def test_a_rank_that_dies_at_once_takes_its_children_along(tmp_path):
+    """SIGKILL or os._exit(3) right after starting a child in a session of its own: the rank
+    ends nothing itself, and the reaper had not seen the child yet (its guard has)."""
+    pid_file = str(tmp_path / "pids")
+    with pytest.raises(dtlab.RankError) as ei:
+        dtlab.run(child_then_die, pid_file, {0: "kill", 1: 3}, nprocs=2, backend="gloo")
+    assert ei.value.exit_codes == {0: -signal.SIGKILL, 1: 3}  # as the ranks ended, guard or not
+    children = _pids(pid_file, 2, timeout=1)
+    left = [p for p in children if not pid_gone(p, 0.5)]
+    for p in left:  # re-parented to init: no fixture would find them
+        os.kill(p, signal.SIGKILL)
+    assert left == [], "a rank's child outlived the run"
 
 
 # -- one pool: loopback listeners, squatters, threads, close ------------------------------------
