@@ -158,9 +158,11 @@ def diagnose(consoles: dict[str, str], codes: dict[str, int | None], report: dic
              + (f", {measured}" if measured else ""))
         return done("no_failure", "every rank present, no duplicate, links as expected")
 
-    started = [p["name"] for p in plan if p["start"]]
-    running = [n for n in started if codes.get(n) is None]
-    if running and all(codes.get(n) in (0, None) for n in started):
+    # exit codes known (codes names a node: None = it was still running when stopped), none
+    # failed, some still running: the limit came first; a cluster's logs alone tell no codes
+    started = [p["name"] for p in plan if p.get("start", True)]
+    running = [n for n in started if n in codes and codes[n] is None]
+    if running and all(n in codes and codes[n] in (0, None) for n in started):
         for n in running:
             last = (consoles.get(n, "").strip().splitlines() or ["(no output yet)"])[-1]
             note(f"{n}.log", "console", f"still running when stopped; its last line: {last[:300]}")
@@ -182,7 +184,7 @@ def diagnose(consoles: dict[str, str], codes: dict[str, int | None], report: dic
 def _succeeded(codes: dict[str, int | None], report: dict | None, plan: list[dict]) -> bool:
     """Every started agent exited 0 and the check found the world whole."""
     return (report is not None and bool(report.get("ok"))
-            and all(codes.get(p["name"]) == 0 for p in plan if p["start"]))
+            and all(codes.get(p["name"]) == 0 for p in plan if p.get("start", True)))
 
 
 def _note_host_timeout(consoles, plan, logs, note) -> None:

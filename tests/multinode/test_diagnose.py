@@ -47,3 +47,5 @@ def test_agents_stopped_at_the_time_limit_without_failing_is_unfinished_not_a_fa
     # one agent failed while the other still ran: that failure is named as before
     d = diagnose(consoles, {"node0": 1, "node1": None}, None, PLAN)
     assert d["failure_class"] == "launch_failed", d
+    # a cluster's logs without exit codes: nothing says the agents were stopped
+    assert diagnose(consoles, {}, None, PLAN)["failure_class"] == "launch_failed"
