@@ -1,5 +1,6 @@
 """dtlab.Pool on gloo: persistent state, the failure contract, resources, and the control channel."""
 
+import math
 import os
 import signal
 import subprocess
@@ -196,3 +197,16 @@ def test_bad_arguments(pool):
         pool.exec("1", timeout=-1)
     with pytest.raises(dtlab.LaunchError, match="cannot be sent"):
         pool.push(lock=threading.Lock())
+    # every command's numbers: a LaunchError naming the argument, before anything is sent
+    for bad in (math.nan, -1, 0, 1e12, 1e-9, "5", True):
+        for command in (lambda: pool.exec("1", timeout=bad), lambda: pool.run(int, timeout=bad)):
+            with pytest.raises(dtlab.LaunchError, match="timeout="):
+                command()
+    for ranks in ("0", 0, [True], [0.0], [-1], []):
+        with pytest.raises(dtlab.LaunchError, match="ranks="):
+            pool.exec("1", ranks=ranks)
+    with pytest.raises(dtlab.LaunchError, match="fn="):
+        pool.run(3)
+    with pytest.raises(dtlab.LaunchError, match="name="):
+        pool.pull(3)
+    assert pool.exec("rank").values == [0, 1]  # nothing was sent: the pool is as it was
