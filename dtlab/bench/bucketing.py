@@ -25,6 +25,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
+from ..limits import MAX_ITERS, whole
 from .engine import quiet_env
 from .formulas import busbw, parse_size
 
@@ -58,8 +59,8 @@ def bucketing(total="1G", buckets=("1G", "4M", "256K"), nprocs: int | None = 2,
         if b < 4 or b % 4 or tot % b:
             raise ValueError(f"bucket {b} B must be a whole number of float32s dividing "
                              f"total={tot} B.")
-    if iters < 1 or warmup < 0:
-        raise ValueError("iters must be >= 1 and warmup >= 0.")
+    whole("iters", iters, 1, MAX_ITERS)
+    whole("warmup", warmup, 0, MAX_ITERS)
     res = run(_rank_bucketing, tot, sizes, iters, warmup, nprocs=nprocs, backend=backend,
               env=quiet_env(), timeout=timeout)
     n = len(res.values)

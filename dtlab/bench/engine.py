@@ -31,6 +31,7 @@ import os
 import time
 from typing import TYPE_CHECKING, Any, Sequence
 
+from ..limits import MAX_ITERS, whole
 from ..vocab import check_dtype, op_name
 from .formulas import OPS, canonical_op, format_size, sweep_sizes
 from .nccl_tests import parse_nccl_tests_all
@@ -65,12 +66,6 @@ def resolve_dtype(dtype: Any) -> str:
     """torch.float32, 'float32', 'float' (nccl-tests' name), 'bf16' ... -> 'float32' etc.;
     ValueError naming :data:`SWEEP_DTYPES` for anything else."""
     return check_dtype(dtype, SWEEP_DTYPES)
-
-
-def _count(name: str, value, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ValueError(f"{name}={value!r} must be a whole number >= {low}.")
-    return value
 
 
 def sweep(op: str | Sequence[str] = "all_reduce", min_bytes: int | str = 8,
@@ -180,8 +175,8 @@ def make_config(op, min_bytes, max_bytes, factor=2, iters=20, warmup=5, dtype="f
     if isinstance(nprocs, int) and not isinstance(nprocs, bool) and nprocs < 2:
         raise ValueError(f"nprocs={nprocs}: a bandwidth sweep needs at least 2 ranks.")
     return {"ops": resolve_ops(op), "sizes": sweep_sizes(min_bytes, max_bytes, factor),
-            "factor": factor, "iters": _count("iters", iters, 1),
-            "warmup": _count("warmup", warmup, 0), "dtype": resolve_dtype(dtype),
+            "factor": factor, "iters": whole("iters", iters, 1, MAX_ITERS),
+            "warmup": whole("warmup", warmup, 0, MAX_ITERS), "dtype": resolve_dtype(dtype),
             "progress": bool(progress), "check": bool(check), "inject": dict(inject or {}),
             "graph": graph_launches(graph), "run_id": os.urandom(6).hex()}
 

@@ -37,7 +37,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..limits import whole
 from ..vocab import check_op, format_size, parse_size  # noqa: F401  (re-exported: dtlab.bench's API)
+
+MAX_SWEEP_BYTES = 1 << 40  # one buffer of a sweep: 1 TiB, past any GPU's memory (H200: 141 GB)
 
 # what nccl-tests prints in the redop and root columns of each test (its defaults: -o sum, -r 0);
 # its keys are the collectives dtlab.bench measures, named as torch.distributed names them
@@ -110,8 +113,10 @@ def sweep_sizes(min_bytes: int | str, max_bytes: int | str, factor: int = 2) -> 
     ['8', '16', '32', '64']
     """
     lo, hi = parse_size(min_bytes, "min_bytes"), parse_size(max_bytes, "max_bytes")
-    if isinstance(factor, bool) or not isinstance(factor, int) or factor < 2:
-        raise ValueError(f"factor={factor!r} must be a whole number >= 2 (nccl-tests -f).")
+    whole("factor", factor, 2, 1024, "nccl-tests -f; for one size give min_bytes = max_bytes")
+    if hi > MAX_SWEEP_BYTES:
+        raise ValueError(f"max_bytes={max_bytes!r} is more than {format_size(MAX_SWEEP_BYTES)}: "
+                         f"no GPU holds a buffer that size; give at most 1T.")
     if lo < 1:
         raise ValueError(f"min_bytes={min_bytes!r} must be at least 1 byte.")
     if lo > hi:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..limits import MAX_ITERS, whole
 from .formulas import parse_size
 
 if TYPE_CHECKING:
@@ -60,13 +61,14 @@ def p2p_matrix(size="256M", iters: int = 20, warmup: int = 3, lat_bytes: int = 8
     import pandas as pd
     import torch
 
-    n = check_p2p_possible()
     nbytes = parse_size(size, "size")
+    whole("iters", iters, 1, MAX_ITERS)
+    whole("warmup", warmup, 0, MAX_ITERS)
+    whole("lat_bytes", lat_bytes, 1, 1 << 20, "the latency copy: a few bytes")
+    n = check_p2p_possible()
     devs = list(range(n)) if devices is None else list(devices)
     if len(set(devs)) < 2 or any(not 0 <= d < n for d in devs):
         raise ValueError(f"devices={devices!r}: name at least 2 of the GPUs 0..{n - 1}.")
-    if iters < 1 or warmup < 0:
-        raise ValueError("iters must be >= 1 and warmup >= 0.")
     bufs = {d: torch.empty(nbytes, dtype=torch.uint8, device=f"cuda:{d}") for d in devs}
     bufs2 = {d: torch.empty(nbytes, dtype=torch.uint8, device=f"cuda:{d}") for d in devs}
     tiny = {d: torch.empty(max(lat_bytes, 1), dtype=torch.uint8, device=f"cuda:{d}") for d in devs}

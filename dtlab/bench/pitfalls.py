@@ -33,6 +33,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
+from ..limits import MAX_ITERS, number, whole
 from .engine import quiet_env
 from .formulas import canonical_op, parse_size
 
@@ -52,13 +53,17 @@ def timing_pitfalls(op: str = "all_reduce", size="1K", nprocs: int | None = 2,
     import pandas as pd
 
     from ..runtime import run
+    from ..runtime.plan import resolve
 
-    cfg = {"op": canonical_op(op), "size": parse_size(size, "size"), "iters": int(iters),
-           "late_s": float(late_ms) / 1e3, "late_rank": int(late_rank)}
+    n = resolve(nprocs, backend).nprocs
+    cfg = {"op": canonical_op(op), "size": parse_size(size, "size"),
+           "iters": whole("iters", iters, 2, MAX_ITERS),
+           "late_s": number("late_ms", late_ms, 0, 60_000, "one rank's lag, ms") / 1e3,
+           "late_rank": whole("late_rank", late_rank, 0, n - 1, f"a rank of {n}")}
     if cfg["op"] not in ("all_reduce", "broadcast", "sendrecv"):
         raise ValueError(f"op={op!r}: timing_pitfalls times all_reduce, broadcast or sendrecv.")
-    if cfg["iters"] < 2 or cfg["size"] < 4:
-        raise ValueError("iters must be >= 2 and size >= 4 bytes (one float32).")
+    if cfg["size"] < 4:
+        raise ValueError(f"size={size!r} must be >= 4 bytes (one float32).")
     res = run(_rank_pitfalls, cfg, nprocs=nprocs, backend=backend, env=quiet_env(),
               timeout=timeout)
     rows = res.values[0]

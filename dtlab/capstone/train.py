@@ -37,6 +37,7 @@ import sys
 import tempfile
 import time
 
+from ..limits import MAX_STEPS, whole
 from .mfu import datasheet_peak, percent
 from .model import CONFIGS
 
@@ -47,9 +48,11 @@ MATMUL_N = 8192
 def check_args(size: str, steps: int, batch: int | None = None, seq: int | None = None) -> None:
     if size not in CONFIGS:
         raise ValueError(f"size={size!r} is not one of: {', '.join(CONFIGS)}.")
-    for name, v in (("steps", steps), ("batch", batch), ("seq", seq)):
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
-            raise ValueError(f"{name}={v!r} must be a whole number >= 1.")
+    whole("steps", steps, 1, MAX_STEPS)
+    if batch is not None:
+        whole("batch", batch, 1, 4096, "sequences per rank per step")
+    if seq is not None:
+        whole("seq", seq, 1, 1 << 17, "tokens per sequence")
 
 
 def matmul_flops(device, n: int = MATMUL_N, iters: int = 30) -> float | None:

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import torch
 
+from ..limits import MAX_SEED, whole
+
 # unit roundoff u = 2**-(mantissa bits + 1): the largest relative error of one rounding
 UNIT_ROUNDOFF = {"float64": 2.0 ** -53, "float32": 2.0 ** -24, "float16": 2.0 ** -11,
                  "bfloat16": 2.0 ** -8}
@@ -61,8 +63,9 @@ def reduction_error(dtype: str = "bfloat16", nprocs: int = 8, *, size: int = 409
     """
     if dtype not in UNIT_ROUNDOFF:
         raise ValueError(f"dtype={dtype!r}: give one of {', '.join(UNIT_ROUNDOFF)}.")
-    if nprocs < 1 or size < 1:
-        raise ValueError(f"nprocs={nprocs}, size={size}: both must be at least 1.")
+    whole("nprocs", nprocs, 1, 1 << 16, "simulated ranks")
+    whole("size", size, 1, (1 << 26) // nprocs, "elements; nprocs x size float64s are held here")
+    whole("seed", seed, 0, MAX_SEED)
     gen = torch.Generator().manual_seed(seed)
     tdt = getattr(torch, dtype)
     xs = [torch.randn(size, generator=gen, dtype=torch.float64).to(tdt) for _ in range(nprocs)]

@@ -23,6 +23,7 @@ calls it replaces run. It travels to the ranks by value, so a notebook cell's fu
 from __future__ import annotations
 
 from .. import vocab
+from ..limits import MAX_SEED, whole
 from ..runtime import run
 from ..runtime.plan import resolve
 from .checks import FLOAT_DTYPES, KNOWN_DTYPES
@@ -93,6 +94,7 @@ def validate_each(cases, *, nprocs: int | None = None, backend: str = "auto", dt
     sizes = _check_list(SIZES if sizes is None else sizes, None, "sizes")
     specs = [{"op": check_op(op), "impl": impl_table(check_op(op), impl), "dtypes": dtypes,
               "sizes": sizes} for op, impl in cases]
+    whole("seed", seed, 0, MAX_SEED)
     plan = resolve(nprocs, backend)  # LaunchError before anything starts
     if plan.nprocs < 2:
         raise ValueError(f"nprocs={plan.nprocs}: a collective needs at least 2 ranks to show "

@@ -29,6 +29,8 @@ import json
 import os
 from dataclasses import dataclass, field
 
+from ..limits import number, whole
+from ..paths import check_output_folder
 from ..runtime import HangError, RankError
 from ..runtime.launch import launch
 from ..runtime.evidence import new_folder
@@ -61,22 +63,9 @@ def reproduce(kind: str, nprocs: int = 3, backend: str = "auto", timeout: float 
     unsure (on gloo a size and a dtype mismatch both show as one byte count). ``delay`` is the
     straggler's lag per step.
     """
-    if detail not in (True, False, "auto"):
-        raise ValueError(f"detail={detail!r}: use True, False or 'auto'")
-    if kind not in KINDS:
-        raise ValueError(f"unknown kind {kind!r}; choose one of: {', '.join(KINDS)}")
-    if not isinstance(nprocs, int) or nprocs < 2:
-        raise ValueError(f"nprocs={nprocs!r}: a distributed failure needs at least 2 ranks")
-    if timeout <= 0 or delay < 0:
-        raise ValueError("timeout must be positive and delay non-negative (seconds)")
+    be = check_args(kind, nprocs, backend, timeout, out, delay, pg_timeout, detail)
     out = out or new_folder(f"hang-{kind}")
-    if os.path.isdir(out) and os.listdir(out):
-        raise ValueError(f"evidence folder {out!r} is not empty: give a new folder (--out), so "
-                         f"evidence from two runs never mixes")
     pg_timeout = pg_timeout or max(3.0, min(10.0, timeout / 3))
-    from ..runtime.plan import resolve
-
-    be = resolve(nprocs, backend).backend
     from .diagnose import diagnose
 
     outcome, error = _one_run(kind, nprocs, be, timeout, out, delay, pg_timeout, detail=False)
@@ -89,6 +78,29 @@ def reproduce(kind: str, nprocs: int = 3, backend: str = "auto", timeout: float 
     with open(os.path.join(out, "diagnosis.json"), "w") as f:
         json.dump(rep.diagnosis.to_dict(), f, indent=2)
     return rep
+
+
+def check_args(kind: str, nprocs: int = 3, backend: str = "auto", timeout: float = 30,
+               out: str | None = None, delay: float = 1.0, pg_timeout: float | None = None,
+               detail: bool | str = "auto") -> str:
+    """What :func:`reproduce` refuses, before it makes a folder or starts a rank: ValueError
+    (or LaunchError) naming the argument; `dtlab hang` calls it in its ``arguments()`` block.
+    Returns the backend the launch will use."""
+    from ..runtime.plan import resolve
+
+    if detail not in (True, False, "auto"):
+        raise ValueError(f"detail={detail!r}: use True, False or 'auto'")
+    if kind not in KINDS:
+        raise ValueError(f"unknown kind {kind!r}; choose one of: {', '.join(KINDS)}")
+    whole("nprocs", nprocs, 2, 256, "a distributed failure needs at least 2 ranks; 3, the "
+          "default, shows the odd one out")
+    number("timeout", timeout, 0.1, 86400, "seconds: the reproduction of a hang ends with it")
+    number("delay", delay, 0, 600, "the straggler's lag per step, seconds")
+    if pg_timeout is not None:
+        number("pg_timeout", pg_timeout, 0.1, 86400, "seconds")
+    if out is not None:
+        check_output_folder(out, "out", empty=True, so="evidence from two runs never mixes")
+    return resolve(nprocs, backend).backend
 
 
 def _one_run(kind: str, nprocs: int, backend: str, timeout: float, out: str, delay: float,

@@ -10,6 +10,8 @@ rank the same "to make DDP correct" fixes nothing that was broken. Run it::
 
 from __future__ import annotations
 
+from ..limits import MAX_SEED, whole
+
 
 def _state_sum(module) -> float:
     return float(sum(t.double().abs().sum() for t in module.state_dict().values()
@@ -36,4 +38,5 @@ def broadcast_at_construction(nprocs: int = 2, backend: str = "auto", seed: int 
     "before" (DDP's constructor broadcasts from rank 0)."""
     from ..runtime.launch import run
 
+    whole("seed", seed, 0, MAX_SEED)
     return run(_rank_side, seed, nprocs=nprocs, backend=backend, timeout=60).values

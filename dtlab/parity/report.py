@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from ..limits import whole
+
 BUGS = ("none", "no_sampler", "no_set_epoch", "batchnorm", "sum_loss", "no_sync_missing",
         "unused_param")
 
@@ -46,11 +48,9 @@ def check_args(bug: str, nprocs: int | None, steps: int, dtype: str) -> None:
     """Refuse what cannot run, before anything starts (ValueError, one line)."""
     if bug not in BUGS:
         raise ValueError(f"bug={bug!r} is not a known bug: give one of {', '.join(BUGS)}.")
-    if nprocs is not None and not 2 <= nprocs <= 8:
-        raise ValueError(f"nprocs={nprocs}: parity is a comparison with one process; give 2 to 8 "
-                         f"ranks.")
-    if not 1 <= steps <= 64:
-        raise ValueError(f"steps={steps}: give 1 to 64 (4 steps make an epoch).")
+    if nprocs is not None:
+        whole("nprocs", nprocs, 2, 8, "parity is a comparison with one process")
+    whole("steps", steps, 1, 64, "4 steps make an epoch")
     if dtype not in ("float64", "float32"):
         raise ValueError(f"dtype={dtype!r}: give float64 or float32.")
 

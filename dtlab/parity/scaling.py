@@ -50,6 +50,7 @@ import os
 import statistics
 import time
 
+from ..limits import MAX_STEPS, whole
 from .overlap import is_comm, split  # noqa: F401  (re-exported: scaling.split)
 
 MODELS = {"mlp-small": (64, 4), "mlp": (256, 6), "mlp-large": (1024, 8)}  # name: (width, depth)
@@ -58,19 +59,15 @@ CLASSES = 10
 
 def _check(nranks_list, model, steps, per_rank_batch, backend, bucket_caps, warmup=0):
     """One ValueError naming the first bad argument."""
-    def whole(v, lo):
-        return isinstance(v, int) and not isinstance(v, bool) and v >= lo
-
-    if not isinstance(nranks_list, (list, tuple)) or not nranks_list or \
-            not all(whole(n, 1) and n <= 64 for n in nranks_list):
-        raise ValueError(f"nranks_list={nranks_list!r}: give world sizes as whole numbers 1..64, "
-                         "e.g. [1, 2].")
+    if not isinstance(nranks_list, (list, tuple)) or not nranks_list:
+        raise ValueError(f"nranks_list={nranks_list!r}: give world sizes, e.g. [1, 2].")
+    for n in nranks_list:
+        whole("nranks_list", n, 1, 64, "world sizes, e.g. [1, 2]")
     if model not in MODELS:
         raise ValueError(f"model={model!r} is not one of {', '.join(MODELS)}.")
-    if not whole(steps, 1) or not whole(warmup, 0):
-        raise ValueError(f"steps={steps!r}, warmup={warmup!r}: steps >= 1 and warmup >= 0.")
-    if not whole(per_rank_batch, 1):
-        raise ValueError(f"per_rank_batch={per_rank_batch!r} must be a whole number >= 1.")
+    whole("steps", steps, 1, MAX_STEPS)
+    whole("warmup", warmup, 0, MAX_STEPS)
+    whole("per_rank_batch", per_rank_batch, 1, 1 << 16)
     if backend not in ("auto", "gloo", "nccl"):
         raise ValueError(f"backend={backend!r} is not one of auto, gloo, nccl.")
     for b in bucket_caps:
