@@ -17,14 +17,15 @@ Bad input -- a wrong flag value, a file that is not there -- is one line on stde
 ``dtlab CMD: what is wrong and what to do``, and exit status 2, before any rank starts
 (ARCHITECTURE.md, "Contracts"). Each command checks its arguments inside ``with arguments():``; only what is
 raised there, and :class:`dtlab.LaunchError` (raised before a launch by definition), is reported
-that way. A failure while ranks run keeps its traceback: it is not the user's typo.
+that way. A failure while ranks run keeps its traceback: it is not the user's typo. Every path a
+command reads goes through :mod:`dtlab.paths`; the files and folders any command writes
+(``--csv``, ``--plot``, ``--log-dir``) are checked before it runs (:func:`check_outputs`).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import math
 import os
 import re
 import sys
@@ -55,6 +56,24 @@ def one_line(e: BaseException) -> str:
     text = e.args[0] if isinstance(e, (FileNotFoundError, KeyError)) and e.args else str(e)
     return " ".join(part.strip() for part in str(text).splitlines() if part.strip()) \
         or type(e).__name__
+
+
+# Output paths, by argparse dest, that any command may take: checked before the command runs
+# (dtlab.paths), so a typo costs one line, not the measurement before it. Evidence folders
+# (--out) are each command's own check: new or empty, so two runs never mix.
+OUTPUT_FILES = {"csv": "--csv", "plot": "--plot"}
+OUTPUT_FOLDERS = {"log_dir": "--log-dir"}
+
+
+def check_outputs(args) -> None:
+    from .paths import check_output_file, check_output_folder
+
+    for dest, flag in OUTPUT_FILES.items():
+        if getattr(args, dest, None):
+            check_output_file(getattr(args, dest), flag)
+    for dest, flag in OUTPUT_FOLDERS.items():
+        if getattr(args, dest, None):
+            check_output_folder(getattr(args, dest), flag)
 
 
 def _doctor(args) -> int:
@@ -237,33 +256,18 @@ TUNE_AXES = {"algo": "NCCL_ALGO", "proto": "NCCL_PROTO", "channels": "NCCL_MAX_N
 def _hang(args) -> int:
     from .hang import reproduce
     from .hang.diagnose import render
+    from .hang.reproduce import check_args
 
-    with arguments({"nprocs": "--nprocs", "backend": "--backend", "timeout": "--timeout"}):
-        _check_hang_args(args)
+    with arguments({"nprocs": "--nprocs", "backend": "--backend", "timeout": "--timeout",
+                    "delay": "--delay", "out": "--out"}):
+        check_args(args.kind, args.nprocs, args.backend, args.timeout, args.out, args.delay,
+                   detail=args.detail)
     rep = reproduce(args.kind, nprocs=args.nprocs, backend=args.backend, timeout=args.timeout,
                     out=args.out, detail=args.detail, delay=args.delay)
     print(f"\n{args.kind}: {rep.outcome}" + (f" ({rep.error})" if rep.error else ""))
     print(f"evidence: {rep.out}\n")
     print(render(rep.diagnosis))
     return 0
-
-
-def _check_hang_args(args) -> None:
-    """What :func:`dtlab.hang.reproduce` refuses, checked before it makes a folder or starts
-    ranks (it checks again; a ValueError from inside a run must keep its traceback)."""
-    from .runtime.plan import check_timeout, resolve
-
-    if args.nprocs < 2:
-        raise ValueError(f"--nprocs {args.nprocs}: a distributed failure needs at least 2 ranks "
-                         f"(3, the default, shows the odd one out).")
-    check_timeout(args.timeout)
-    if not (math.isfinite(args.delay) and args.delay >= 0):
-        raise ValueError(f"--delay {args.delay}: give the straggler's lag in seconds, >= 0.")
-    if args.out and os.path.exists(args.out) and (not os.path.isdir(args.out)
-                                                   or os.listdir(args.out)):
-        raise ValueError(f"--out {args.out}: give a new or empty folder, so evidence from two "
-                         f"runs never mixes.")
-    resolve(args.nprocs, args.backend)
 
 
 def _diagnose(args) -> int:
@@ -490,6 +494,8 @@ def main(argv: list[str] | None = None) -> int:
     from .runtime.errors import LaunchError
 
     try:
+        with arguments():
+            check_outputs(args)
         return args.func(args) or 0
     except (BadInput, LaunchError) as e:  # LaunchError: raised before any rank started
         print(f"dtlab {args.command}: {one_line(e)}", file=sys.stderr)

@@ -41,8 +41,12 @@ def shown(path) -> str:
     return os.fsencode(path).decode("utf-8", "backslashreplace")
 
 
-def _label(path, name: str | None) -> str:
-    return f"{name}={shown(path)!r}" if name else shown(path)
+def label(path, name: str | None = None) -> str:
+    """The path as a message names it: ``csv='x.csv'`` for a parameter, ``--csv 'x.csv'`` for
+    a flag, ``x.csv`` for neither (:func:`shown`, quoted as is: repr() would double ``\\``)."""
+    if not name:
+        return shown(path)
+    return f"{name} '{shown(path)}'" if name.startswith("-") else f"{name}='{shown(path)}'"
 
 
 def _kind(mode: int) -> str:
@@ -104,7 +108,7 @@ def read_regular(path, limit: int = MAX_BYTES, follow: bool = False) -> tuple[by
 
 
 def _refuse(path, why: str, hint: str, name: str | None, error: type[ValueError]):
-    msg = f"{_label(path, name)}: {why}: {hint}"
+    msg = f"{label(path, name)}: {why}: {hint}"
     return NoSuchFile(msg) if why == "no such file" else error(msg)
 
 
@@ -132,8 +136,8 @@ def text_or_file(text_or_path, hint: str) -> tuple[str, str]:
     """(text, name) from what a reader of tool output was given: a path (``os.PathLike``, or a
     string of one line shorter than 4096 characters) is read with :func:`read_bytes` and decoded
     with replacement characters; any other string is the text itself, named ``"<text>"``."""
-    if isinstance(text_or_path, os.PathLike) or (
-            isinstance(text_or_path, str) and "\n" not in text_or_path and len(text_or_path) < 4096):
+    one_line = isinstance(text_or_path, str) and "\n" not in text_or_path
+    if isinstance(text_or_path, os.PathLike) or (one_line and len(text_or_path) < 4096):
         path = os.fspath(text_or_path)
         return read_bytes(path, hint).decode("utf-8", errors="replace"), path
     if not isinstance(text_or_path, str):
@@ -162,14 +166,13 @@ def check_output_file(path, name: str | None = None) -> None:
     """A file this process can create or overwrite, checked before anything is measured.
     Refused: a folder, a path under a missing folder or under a file, a place it cannot write.
     An existing FIFO or device is fine (``--csv /dev/stdout``, ``>(gzip > out.gz)``)."""
-    label = _label(path, name)
+    named = label(path, name)
     folder = os.path.dirname(os.path.abspath(path))
     if os.path.isdir(path):
-        raise ValueError(f"{label} is a folder: give a file name in it, e.g. "
-                         f"{shown(os.path.join(path, 'out.csv'))}")
+        raise ValueError(f"{named} is a folder: give the path of a file (in it, or elsewhere)")
     if not os.path.isdir(folder):
         what = "is a file, not a folder" if os.path.lexists(folder) else "does not exist"
-        raise ValueError(f"{label}: its folder {shown(folder)} {what}: make the folder first "
+        raise ValueError(f"{named}: its folder {shown(folder)} {what}: make the folder first "
                          f"(mkdir -p) or give another path")
     if os.path.exists(path):
         if not stat.S_ISREG(os.stat(path).st_mode):
@@ -183,7 +186,7 @@ def check_output_file(path, name: str | None = None) -> None:
         why = _writable_folder(folder)
         if not why:
             return
-    raise ValueError(f"{label}: cannot write it ({why}): give a path in a folder you can write")
+    raise ValueError(f"{named}: cannot write it ({why}): give a path in a folder you can write")
 
 
 def check_output_folder(path, name: str | None = None, empty: bool = False,
@@ -191,21 +194,21 @@ def check_output_folder(path, name: str | None = None, empty: bool = False,
     """A folder to write into, made later if it is not there, checked before anything runs.
     ``empty``: an existing one must hold nothing (``so`` says why, e.g. "evidence from two runs
     never mixes")."""
-    label = _label(path, name)
+    named = label(path, name)
     if os.path.lexists(path):
         if not os.path.isdir(path):
-            raise ValueError(f"{label} exists and is not a folder: give a new folder"
+            raise ValueError(f"{named} exists and is not a folder: give a new folder"
                              + (f", so {so}" if so else ""))
         if empty and os.listdir(path):
-            raise ValueError(f"{label} exists and is not an empty folder: give a new or empty "
+            raise ValueError(f"{named} exists and is not an empty folder: give a new or empty "
                              f"folder" + (f", so {so}" if so else ""))
         where = path
     else:
         where = _existing_ancestor(path)
         if not os.path.isdir(where):
-            raise ValueError(f"{label}: {shown(where)} is a file, not a folder: give a path "
+            raise ValueError(f"{named}: {shown(where)} is a file, not a folder: give a path "
                              f"in a folder")
     why = _writable_folder(where)
     if why:
-        raise ValueError(f"{label}: cannot write in {shown(where)} ({why}): give a folder you "
+        raise ValueError(f"{named}: cannot write in {shown(where)} ({why}): give a folder you "
                          f"can write")

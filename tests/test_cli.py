@@ -20,7 +20,7 @@ CASES = {  # id: (argv, words the one line must hold)
     "bench-iters": (["bench", "-n", "0"], "-n 0 must be a whole number >= 1"),
     "bench-backend": (["bench", "--backend", "foo"], "--backend 'foo' is not one of"),
     "bench-timeout": (["bench", "--timeout", "nan"], "--timeout nan must be a positive"),
-    "hang-nprocs": (["hang", "size_mismatch", "--nprocs", "-1"], "--nprocs -1: a distributed"),
+    "hang-nprocs": (["hang", "size_mismatch", "--nprocs", "-1"], "--nprocs -1 must be a whole"),
     "hang-backend": (["hang", "size_mismatch", "--backend", "foo"], "--backend 'foo'"),
     "hang-out": (["hang", "size_mismatch", "--out", "{full}"], "new or empty folder"),
     "tune-algo": (["tune", "--algo", "Foo"], "NCCL_ALGO='Foo'"),

@@ -27,6 +27,7 @@ import json
 import os
 import statistics
 
+from ..paths import check_output_folder, label, read_bytes
 from ..runtime.evidence import new_folder
 
 STEPS = 10
@@ -42,9 +43,8 @@ def check_args(size: str, steps: int, nprocs: int | None, backend: str,
 
     check_train(size, steps)
     resolve(nprocs, backend)
-    if out is not None and os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
-        raise ValueError(f"out={out!r} exists and is not an empty folder: give a new folder, so "
-                         f"two baselines never mix.")
+    if out is not None:
+        check_output_folder(out, "out", empty=True, so="two baselines never mix")
 
 
 def nccl_env(out: str) -> dict:
@@ -167,14 +167,37 @@ def _nprocs(folder: str) -> int | None:
         return None
 
 
+def read_baseline(folder: str) -> dict:
+    """``folder``'s baseline.json (from :func:`baseline`), read as every path a person names is
+    (:mod:`dtlab.paths`); ValueError naming what is wrong: not there, not a regular file, too
+    big, not JSON (nested past Python's limit included), not a baseline."""
+    hint = "record one with dtlab capstone baseline --out DIR"
+    path = os.path.join(folder, "baseline.json")
+    try:
+        raw = read_bytes(path, hint, name="baseline")
+    except FileNotFoundError:
+        raise ValueError(f"{label(folder, 'baseline')} holds no baseline.json: {hint}.") from None
+    try:
+        b = json.loads(raw)
+    except (ValueError, RecursionError):
+        b = None
+    ok = (isinstance(b, dict) and isinstance(b.get("world"), int)
+          and isinstance(b.get("throughput"), list) and b["throughput"]
+          and all(isinstance(r, dict) and isinstance(r.get("step_s"), (int, float))
+                  for r in b["throughput"]))
+    if not ok:
+        raise ValueError(f"{label(path, 'baseline')} is not a baseline dtlab wrote (JSON with "
+                         f"world and throughput): {hint}.")
+    return b
+
+
 def compare(evidence_dir: str, baseline_dir: str) -> dict:
     """What a broken run did differently from the baseline: ``last_step`` per rank (the last
     step it finished), ``step_ms`` of its finished steps vs ``baseline_step_ms``, ``slower``
     (the finished steps were more than SLOWER x the baseline's: a slowdown, not only a hang),
     ``nccl`` differences (rings, transports, variables; None when either side has no NCCL log),
     and ``lines``, the same in words."""
-    with open(os.path.join(baseline_dir, "baseline.json")) as f:
-        b = json.load(f)
+    b = read_baseline(baseline_dir)
     base_ms = statistics.median(r["step_s"] for r in b["throughput"]) * 1e3
     phases = step_phases(evidence_dir)
     last = {r: max((s for s, p in steps.items() if "done" in p), default=None)

@@ -47,6 +47,7 @@ import os
 import time
 from dataclasses import dataclass
 
+from ..paths import check_output_folder
 from ..runtime.evidence import new_folder
 
 GOOD_STEPS = 3      # good steps before the bug: the loss falls, every collective matches
@@ -152,12 +153,12 @@ def check_args(bug: str, nprocs: int | None, backend: str, out: str | None,
                                 or not 1 <= at_step <= MAX_STEP):
         raise ValueError(f"at_step={at_step!r} must be a step from 1 to {MAX_STEP}: at least "
                          f"one good step first.")
-    if baseline is not None and not os.path.isfile(os.path.join(baseline, "baseline.json")):
-        raise ValueError(f"baseline={baseline!r} holds no baseline.json: record one with "
-                         f"dtlab capstone baseline --out DIR.")
-    if out is not None and os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
-        raise ValueError(f"out={out!r} exists and is not an empty folder: give a new folder, so "
-                         f"evidence from two runs never mixes.")
+    if baseline is not None:
+        from .baseline import read_baseline
+
+        read_baseline(baseline)
+    if out is not None:
+        check_output_folder(out, "out", empty=True, so="evidence from two runs never mixes")
 
 
 def _stuck_batches(batches, culprit: bool, at_step: int, bug: str = "stuck_loader"):

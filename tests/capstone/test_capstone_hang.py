@@ -189,7 +189,7 @@ CASES = {
     "bug": (["--bug", "uneven_batch"], "--bug 'uneven_batch' is not one of: extra_metric"),
     "nprocs": (["--nprocs", "1"], "--nprocs 1 must be at least 2"),
     "backend": (["--backend", "foo"], "--backend 'foo' is not one of"),
-    "out": (["--out", __file__], "exists and is not an empty folder"),
+    "out": (["--out", __file__], "exists and is not a folder"),
     "culprit": (["--culprit", "5", "--nprocs", "2"], "5 must be a rank from 0 to 1"),
     "at_step_0": (["--at-step", "0"], "0 must be a step from 1 to 8"),
     "at_step_99": (["--at-step", "99"], "99 must be a step from 1 to 8"),
