@@ -367,6 +367,43 @@ def feedback(assignments: list[str] | None = None, *, db: str | None = None,
     return sorted(p for a in done for p in glob.glob(os.path.join(root, "feedback", "*", a, "*.html")))
 
 
+SQLITE_MAGIC = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite 3 database file
+
+
+def check_gradebook(db: str) -> None:
+    """A gradebook :func:`report` can read, else CourseError in one line naming ``db`` (--db):
+    a URL SQLAlchemy has no driver for, or an SQLite file that is not there, not a regular
+    readable file (dtlab.paths) or not an SQLite database -- nbgrader would make a new gradebook
+    in its place, and a report only reads."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+    from ..paths import check_readable, shown
+
+    example = "e.g. sqlite:////abs/path/gradebook.db or postgresql://host/db"
+    try:
+        url = make_url(db)
+        url.get_dialect()
+    except (ArgumentError, NoSuchModuleError, ValueError) as e:
+        why = " ".join(str(e).split()) or type(e).__name__
+        raise CourseError(f"--db {db!r}: not a database URL SQLAlchemy can open ({why}): give "
+                          f"one, {example}.") from None
+    if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
+        return
+    path, hint = url.database, "run `dtlab course autograde SUBMISSIONS` first (or pass --db URL)"
+    if not os.path.lexists(path):
+        raise CourseError(f"no gradebook at {shown(path)}: {hint}.")
+    try:
+        check_readable(path, hint, limit=1 << 62)
+        with open(path, "rb") as f:
+            head = f.read(len(SQLITE_MAGIC))
+    except (OSError, ValueError) as e:
+        raise CourseError(f"gradebook {e}") from None
+    if head != SQLITE_MAGIC:
+        what = "empty" if not head else "not an SQLite database"
+        raise CourseError(f"gradebook {shown(path)}: {what}, not a gradebook: {hint}.")
+
+
 def report(*, db: str | None = None, root: str | None = None, csv: str | None = None):
     """Scores from the gradebook as a pandas DataFrame: one row per student and assignment,
     columns ``student, assignment, score, max_score, needs_manual_grade`` and then one per
@@ -382,9 +419,7 @@ def report(*, db: str | None = None, root: str | None = None, csv: str | None = 
 
     root = course_root(root)
     db = db or default_db_url(root)
-    if db.startswith("sqlite:///") and not os.path.isfile(db[len("sqlite:///"):]):
-        raise CourseError(f"no gradebook at {db[len('sqlite:///'):]}: run "
-                          f"`dtlab course autograde SUBMISSIONS` first (or pass --db URL).")
+    check_gradebook(db)
     rows, exercises = [], []
     with _nbgrader(root, db) as api, contextlib.closing(api.gradebook) as gb:
         for assignment in gb.assignments:
