@@ -190,7 +190,8 @@ def _conclude(sup: Supervisor, outcome: str, stopped: list[int], results: Result
                 f"dicts, tensors, arrays) or types the parent can import.", time.time()))
         elif code != 0 or r not in got:
             failures.append(exit_failure(r, code, procs.exit_times.get(r, time.time()),
-                                         procs.error_files[r], results[r].stderr, r in got))
+                                         procs.error_files[r], results[r].stderr, r in got,
+                                         results[r].pid))
     if failures and all(f.secondary for f in failures):
         failures += _left_early(got, failures, results)
     return RankError(failures, results, stopped=stopped) if failures else None

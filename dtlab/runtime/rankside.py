@@ -206,7 +206,9 @@ def record_failure(e: BaseException, to_file: bool = True) -> str:
         data = {"message": {
             "message": summary,
             "extraInfo": {"py_callstack": text, "timestamp": str(now // 10**9),
-                          "timestamp_ns": str(now), "exc_type": type(e).__name__}}}
+                          "timestamp_ns": str(now), "exc_type": type(e).__name__,
+                          # who wrote it: a process the rank started inherits the path
+                          "pid": str(os.getpid())}}}
         with open(path, "w") as f:
             json.dump(data, f)
     return text

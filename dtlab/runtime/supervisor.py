@@ -60,24 +60,33 @@ def loopback_store(timeout_s: float | None):
 
 
 def exit_failure(rank: int, code: int | None, when: float, error_file: str, stderr: str,
-                 got_result: bool) -> Failure:
-    """Turn one rank's exit into a :class:`Failure`, from its error file if it wrote one."""
+                 got_result: bool, pid: int | None = None) -> Failure:
+    """Turn one rank's exit into a :class:`Failure`, from its error file if it wrote one
+    (``pid``: the rank's own process; an error file another process wrote is not its story)."""
     from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
 
     # the error file, also for a rank that exited 0 without a result: sys.exit(256) exits with
     # status 0 (a status is one byte), yet it was no success
+    foreign = None
     if (code not in (None, 0) or (code == 0 and not got_result)) and os.path.isfile(error_file):
         pf = ProcessFailure(local_rank=rank, pid=0, exitcode=code, error_file=error_file)
         msg = pf.error_file_data.get("message", {})
         extra = msg.get("extraInfo", {}) if isinstance(msg, dict) else {}
-        t = int(extra.get("timestamp_ns", 0)) / 1e9 or float(pf.timestamp)
-        summary = msg.get("message", str(pf.message)) if isinstance(msg, dict) else str(msg)
-        detail = extra.get("py_callstack", summary)
-        if extra.get("exc_type") == "SystemExit":  # a traceback alone would read "SystemExit: 3"
-            if code == 0:
-                summary += " (its exit status is 0: a status keeps only the low 8 bits)"
-            return Failure(rank, "sys_exit", code, summary, f"{summary}, here:\n{detail}", t)
-        return Failure(rank, "exception", code, summary, detail, t)
+        writer = str(extra.get("pid", ""))
+        if pid is not None and writer.isdigit() and int(writer) != pid:
+            # a process the rank started inherits the path: a fork of rank 1 that raised in
+            # the rank's code once made a peer the root cause of rank 1's os._exit(3)
+            foreign = (f"(its error file was written by process {writer}, not by the rank: a "
+                       f"process it started, a fork of it, raised {extra.get('exc_type', '')})")
+        else:
+            t = int(extra.get("timestamp_ns", 0)) / 1e9 or float(pf.timestamp)
+            summary = msg.get("message", str(pf.message)) if isinstance(msg, dict) else str(msg)
+            detail = extra.get("py_callstack", summary)
+            if extra.get("exc_type") == "SystemExit":  # a traceback alone: "SystemExit: 3"
+                if code == 0:
+                    summary += " (its exit status is 0: a status keeps only the low 8 bits)"
+                return Failure(rank, "sys_exit", code, summary, f"{summary}, here:\n{detail}", t)
+            return Failure(rank, "exception", code, summary, detail, t)
     tail = "\n".join(stderr.rstrip().splitlines()[-25:])
     if code == 0 and not got_result:
         summary = "exited with code 0 before fn returned (os._exit(0) inside fn?)"
@@ -89,7 +98,8 @@ def exit_failure(rank: int, code: int | None, when: float, error_file: str, stde
         summary = (f"exited with code {code} without a Python exception (os._exit({code}), "
                    f"or C/C++ code that called exit() or abort())")
         kind = "exit"
-    detail = summary + ("\nlast lines of its stderr:\n" + tail if tail else "")
+    detail = summary + (f"\n{foreign}" if foreign else "") \
+        + ("\nlast lines of its stderr:\n" + tail if tail else "")
     return Failure(rank, kind, code, summary, detail, when)
 
 

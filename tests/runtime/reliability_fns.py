@@ -65,3 +65,25 @@ def child_then_die(pid_file: str, how: dict):
     if end == "kill":
         os.kill(os.getpid(), 9)
     os._exit(end)
+
+
+def fork_raises_then_exit(code: int):
+    """Rank 1 forks; the fork goes on in the rank's code and raises what looks like a lost peer
+    (into the rank's error file: it inherited the path); then rank 1 calls ``os._exit(code)``.
+    The other ranks return at once."""
+    if dist.get_rank() != 1:
+        return dist.get_rank()
+    if os.fork() == 0:
+        raise RuntimeError("a fork of rank 1: Connection closed by peer")
+    import json
+    import time
+
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            with open(os.environ["TORCHELASTIC_ERROR_FILE"]) as f:
+                json.load(f)
+            break
+        except (OSError, ValueError):
+            time.sleep(0.01)
+    os._exit(code)

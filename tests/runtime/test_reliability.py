@@ -17,8 +17,8 @@ import pytest
 
 import dtlab
 from conftest import pid_gone
-from reliability_fns import (child_then_die, leave_early, spawn_children, sys_exit_on,
-                             value_from_a_module_only_ranks_have)
+from reliability_fns import (child_then_die, fork_raises_then_exit, leave_early, spawn_children,
+                             sys_exit_on, value_from_a_module_only_ranks_have)
 
 pytestmark = pytest.mark.usefixtures("no_orphans")
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -228,6 +228,19 @@ def test_a_rank_that_left_while_its_peers_waited_is_the_root_cause():
     root = e.failure_list[0]
     assert root.kind == "left" and "after issuing 1 collective" in root.summary
     assert all(f.secondary for f in e.failure_list[1:])
+
+
+def test_a_fork_that_raised_in_the_ranks_code_does_not_hide_the_ranks_own_exit():
+    """Rank 1 called os._exit(3) after a fork of it raised a lost-peer error into rank 1's error
+    file and stderr: it was read as rank 1's, every failure looked secondary, and rank 0 (which
+    had returned) was named the root cause, by the runtime and the diagnosis alike."""
+    with pytest.raises(dtlab.RankError) as ei:
+        dtlab.run(fork_raises_then_exit, 3, nprocs=2, backend="gloo")
+    e = ei.value
+    assert e.root_rank == 1 and e.failure_list[0].kind == "exit", str(e)
+    assert e.exit_codes[1] == 3 and "written by process" in e.failures[1]
+    assert e.diagnosis is not None and e.diagnosis.failure_class == "rank_died"
+    assert e.diagnosis.culprit_ranks == [1] and "exit code 3" in e.diagnosis.summary
 
 
 def test_a_killed_pool_rank_shows_its_own_last_words():

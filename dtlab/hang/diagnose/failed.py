@@ -102,8 +102,12 @@ def died(v):
     def exits(r):  # sys.exit() is a way to end, not a failure of its own
         return [s for s in f.of("exception", r) if s.data["type"].endswith("SystemExit")]
 
-    def own_failure_elsewhere(r):
-        if len(f.of("exception", r)) > len(exits(r)) or f.of("watchdog", r):
+    def own_failure_elsewhere(r, code):
+        # an uncaught Python exception ends a process with status 1: a rank that ended with
+        # another status did not end of a traceback in its output (a process it started
+        # shares its stderr: a fork of rank 1 raised there while rank 1 called os._exit(3))
+        raised = len(f.of("exception", r)) > len(exits(r)) and not (code is not None and code > 1)
+        if raised or f.of("watchdog", r):
             return True  # a Python failure, or NCCL's watchdog tearing the rank down
         fatal = f.of("fatal", r)
         # an abort inside the collective library: a symptom, not a death
@@ -126,12 +130,12 @@ def died(v):
             dead[r] = (how_it_ended(r, code) + " (an exit status keeps only the low 8 bits)"
                        if exits(r) else
                        "exit code 0 before its function returned: a sys.exit(0) or os._exit(0) in it?")
-        elif not own_failure_elsewhere(r):
+        elif not own_failure_elsewhere(r, code):
             dead[r] = how_it_ended(r, code)
     for r, code in sorted(f.reported_exits.items()):
         if r in dead or r in f.exit_codes or r in f.stopped or code == 0:
             continue
-        if not own_failure_elsewhere(r):
+        if not own_failure_elsewhere(r, code):
             dead[r] = how_it_ended(r, code)
     if not dead:
         return None
