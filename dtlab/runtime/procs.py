@@ -46,6 +46,7 @@ class RankProcs:
         self.exit_times: dict[int, float] = {}
         self.stopped: set[int] = set()
         self._ended = False  # stop() ran to the end: every rank and descendant is gone
+        self._owner = os.getpid()  # a fork of the launcher (os.fork) inherits this object
 
     # -- start ----------------------------------------------------------------------------------
     def start(self) -> None:
@@ -137,6 +138,8 @@ class RankProcs:
         """SIGTERM every rank's process group and descendants; SIGKILL what is left after
         ``grace`` seconds. Returns the ranks that were still running. Idempotent."""
         if self.ctx is None or self._ended:  # a second call (launch's, then close's) has no work
+            return []
+        if os.getpid() != self._owner:  # a fork's atexit: the ranks are its parent's to stop
             return []
         running = self.alive()
         self.stopped |= set(running)

@@ -36,3 +36,23 @@ def test_stopped_ranks_leave_no_log_file_open_in_the_parent(tmp_path):
     procs.stop()
     assert procs.exit_codes[0] not in (None, 0)
     assert _open_under(str(tmp_path)) == [], "the parent still holds the ranks' log files"
+
+
+def test_a_fork_of_the_launcher_never_stops_its_ranks(tmp_path, monkeypatch):
+    """A process forked from the launcher (os.fork) runs its atexit hooks when it exits, and
+    stop() there signalled the launcher's ranks: Popen.poll in a fork sees every rank as done."""
+    from dtlab.runtime import procs as procs_module
+
+    procs = RankProcs(str(tmp_path / "logs"), {0: {"RANK": "0"}}, ("oneshot", str(tmp_path)))
+    procs.start()
+    marker = tmp_path / "signalled"
+    child = os.fork()
+    if child == 0:  # what the fork's atexit hook would do
+        try:
+            monkeypatch.setattr(procs_module, "signal_all", lambda *a: marker.touch())
+            procs.stop()
+        finally:
+            os._exit(0)
+    os.waitpid(child, 0)
+    procs.stop()
+    assert not marker.exists(), "a fork of the launcher signalled the launcher's ranks"
