@@ -48,9 +48,9 @@ def refuse_starts(setattr=setattr) -> None:
 # what the commands import lazily: imported once here, so that a case's time limit measures the
 # command's own work, not a first import of torch or SQLAlchemy
 WARM = ["dtlab.bench", "dtlab.bench.engine", "dtlab.capstone.baseline", "dtlab.capstone.hang",
-        "dtlab.course.api", "dtlab.hang.diagnose.pipeline", "dtlab.hang.reproduce", "dtlab.nccl_log",
-        "dtlab.nccl_log.report", "dtlab.runtime.plan", "dtlab.topology", "dtlab.tuning",
-        "dtlab.tuning.runner", "sqlalchemy.engine", "pandas"]
+        "dtlab.course.api", "dtlab.hang.diagnose.pipeline", "dtlab.hang.reproduce",
+        "dtlab.nccl_log", "dtlab.nccl_log.report", "dtlab.runtime.plan", "dtlab.topology",
+        "dtlab.tuning", "dtlab.tuning.runner", "sqlalchemy.engine", "pandas"]
 
 
 def warm() -> None:

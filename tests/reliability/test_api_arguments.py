@@ -106,7 +106,8 @@ def _rows():
             for case in BAD:
                 if case in takes and not isinstance(takes[case], list):
                     continue  # a value it takes on purpose
-                yield pytest.param(name, arg, case, id=f"{name.removeprefix('dtlab.')} {arg}={case}")
+                short = name.removeprefix("dtlab.")
+                yield pytest.param(name, arg, case, id=f"{short} {arg}={case}")
 
 
 @pytest.mark.parametrize("name, arg, case", list(_rows()))
