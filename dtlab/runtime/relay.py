@@ -252,8 +252,9 @@ class Relay:
     def _record(self, rank: int, header: dict, payload: bytes = b"") -> Message:
         self._seq += 1
         info = dict(header.get("info") or {})
+        info.pop("mark", None)  # the relay says where a message belongs, never the rank
         if rank in self.marks:
-            info.setdefault("mark", self.marks[rank])
+            info["mark"] = self.marks[rank]
         m = Message(self._seq, rank, str(header["op"]), header.get("peer"), int(header.get("tag", 0)),
                     str(header.get("dtype", "")), [list(map(int, s)) for s in header.get("shapes", [])],
                     str(header.get("reduce", "")), header.get("root"), payload,

@@ -89,6 +89,13 @@ TC, BB, REC = ("06_nccl", "transport_channels"), ("06_nccl", "bus_bandwidth"), (
 CL, DG = ("07_hangs", "classify"), ("07_hangs", "diagnosis")
 PMT = ("08_capstone", "postmortem")
 
+# a rank that files its own messages under a mark of its choosing (third red team, A3): the real
+# exchange hidden, the checked one replayed for show
+HIDDEN_MARK = 'from dtlab.runtime.relaypg import _dt, _fill\n\nHIDE = {"mark": {"side": 1}}  # a mark of our own on each message: the judge files it under no call\n\n\ndef _pg():\n    pg = dist.group.WORLD\n    return pg if hasattr(pg, "_op") else pg._get_backend(torch.device("cpu"))\n\n\ndef _hsend(t, peer):\n    _pg()._op("send", [t], [], peer=peer, tag=77, info=HIDE).wait()\n\n\ndef _hrecv(t, peer):\n    h = {"t": "op", "op": "recv", "peer": peer, "tag": 77, "dtype": _dt(t),\n         "shapes": [list(t.shape)], "info": HIDE}\n\n    def fin(_h, p):\n        _fill([t], p)\n        return [t]\n    return _pg().conn.ask(h, b"", fin)\n\n\n'
+RING_ON_HIDDEN_MESSAGES = HIDDEN_MARK + "def ring_all_gather(tensor_list, tensor, group=None, async_op=False):\n    '''all_gather from point-to-point messages around a ring.'''\n    r, n = dist.get_rank(), dist.get_world_size()\n    for q in range(n):  # direct exchange, no ring: every rank sends its chunk to every other\n        if q != r:\n            _hsend(tensor.contiguous(), q)\n    futs = []\n    for q in range(n):\n        if q == r:\n            tensor_list[q].copy_(tensor)\n        else:\n            futs.append(_hrecv(tensor_list[q], q))\n    for f in futs:\n        f.wait()\n    right, left = (r + 1) % n, (r - 1) % n  # the show: a ring replayed from what is already here\n    junk = torch.empty_like(tensor)\n    for k in range(n - 1):\n        dist.send(tensor_list[(r - k) % n].contiguous(), right)\n    for k in range(n - 1):\n        dist.recv(junk, left)\n"
+REDUCE_ON_HIDDEN_MESSAGES = HIDDEN_MARK + 'def composed_all_reduce(tensor, op=dist.ReduceOp.SUM, group=None, async_op=False):\n    \'\'\'all_reduce as reduce_scatter followed by all_gather, in place.\'\'\'\n    n = dist.get_world_size()\n    flat = tensor.reshape(-1).contiguous()\n    everyone = torch.empty(n * flat.numel(), dtype=tensor.dtype)\n    _pg()._op("all_gather", [flat], [everyone], info=HIDE).wait()  # everything, hidden\n    stack = everyone.reshape(n, -1)\n    name = str(getattr(op, "op", op)).rsplit(".", 1)[-1]\n    if name == "SUM":\n        res = stack.sum(0, dtype=stack.dtype)\n    elif name == "PRODUCT":\n        res = stack.prod(0, dtype=stack.dtype)\n    elif name == "MAX":\n        res = stack.max(0).values\n    else:\n        res = stack.min(0).values\n    chunk = -(-flat.numel() // n)  # the show: one reduce-scatter, one all-gather\n    padded = torch.zeros(n * chunk, dtype=tensor.dtype)\n    padded[:flat.numel()] = flat\n    mine = torch.empty(chunk, dtype=tensor.dtype)\n    dist.reduce_scatter_tensor(mine, padded, op=op)\n    back = torch.empty(n * chunk, dtype=tensor.dtype)\n    dist.all_gather_into_tensor(back, mine)\n    with torch.no_grad():\n        tensor.copy_(res.reshape(tensor.shape))\n'
+
+
 WRONG = {
     GP: [("a list sized for 2 ranks", lambda: C(GP, "range(dist.get_world_size())", "range(2)"))],
     PR: [("the broadcast read as from the last rank, not rank 1",
@@ -200,7 +207,9 @@ SHORTCUTS = {
           "    r, n = dist.get_rank(), dist.get_world_size()\n    tensor_list[r].copy_(tensor)\n"
           "    ops = [dist.P2POp(dist.isend, tensor.contiguous(), q) for q in range(n) if q != r]\n"
           "    ops += [dist.P2POp(dist.irecv, tensor_list[q], q) for q in range(n) if q != r]\n"
-          "    for w in dist.batch_isend_irecv(ops):\n        w.wait()\n")],
+          "    for w in dist.batch_isend_irecv(ops):\n        w.wait()\n"),
+         ("a direct exchange on messages marked as its own, a ring replayed for show",
+          lambda: RING_ON_HIDDEN_MESSAGES)],
     CR: [("all-gather the whole tensors, reduce locally (and a token reduce-scatter)",
           lambda: "def composed_all_reduce(tensor, op=dist.ReduceOp.SUM, group=None, async_op=False):\n"
           "    n = dist.get_world_size()\n    token = torch.zeros(1, dtype=tensor.dtype)\n"
@@ -211,7 +220,9 @@ SHORTCUTS = {
           "           dist.ReduceOp.MIN: s.min(0).values, dist.ReduceOp.PRODUCT: s.prod(0)}[op]\n"
           "    tensor.copy_(red)\n"),
          ("torch's all_reduce", lambda: "def composed_all_reduce(tensor, op=dist.ReduceOp.SUM, group=None, async_op=False):\n"
-          "    dist.all_reduce(tensor, op=op)\n")],
+          "    dist.all_reduce(tensor, op=op)\n"),
+         ("a whole all_gather on a message marked as its own, the collectives replayed for show",
+          lambda: REDUCE_ON_HIDDEN_MESSAGES)],
     FIT: [("dtlab.bench's own fit", lambda: "def fit_alpha_beta(sizes, times_us):\n"
            "    from dtlab.bench import fit\n    f = fit(sizes, times_us)\n    return f.alpha_us, f.beta_GBps\n"),
           ("dtlab.bench's fit pasted in", lambda: pasted("bench/fit.py",

@@ -29,6 +29,8 @@ def everything(x):
     b = t.clone()
     dist.broadcast(b, src=1)
     dist.barrier()
+    own = torch.ones(1)  # a rank that files its own message under a case of its choosing
+    dist.group.WORLD._op("all_reduce", [own], [own], reduce="sum", info={"mark": {"case": 99}}).wait()
     header, _ = observed.fetch({"sample": r})
     return {"got": got.tolist(), "sum": s.tolist(), "max": m.tolist(),
             "gathered": [p.tolist() for p in parts], "flat": flat.tolist(), "mine": mine.tolist(),
@@ -88,9 +90,11 @@ def test_every_op_is_served_and_recorded(no_orphans):
     assert all(v[r]["bcast"] == [3.0, 4.0] and v[r]["fetched"] == 100 + r for r in range(3))
     mine = [m for m in out.traffic if m.rank == 0]
     assert [m.op for m in mine] == ["mark", "send", "recv", "all_reduce", "all_reduce", "all_gather",
-                                    "all_gather", "reduce_scatter", "broadcast", "barrier", "fetch"]
+                                    "all_gather", "reduce_scatter", "broadcast", "barrier",
+                                    "all_reduce", "fetch"]
     send = mine[1]
     assert (send.peer, send.dtype, send.shapes, send.info["mark"]) == (1, "float32", [[2]], {"case": 0})
+    assert mine[10].info["mark"] == {"case": 0}  # the relay's mark, not the one the rank wrote
     assert mine[4].reduce == "max" and mine[2].got == mine[2].got and mine[2].peer == 2
 
 
@@ -134,8 +138,8 @@ def test_marks_of_the_ranks_own_are_named_not_trusted():
     def job(*marks_per_rank):
         out, seq = [], 0
         for r, marks in enumerate(marks_per_rank):
-            for k in marks:
-                out.append(Message(seq, r, "mark", info={"call": k}))
+            for i, k in enumerate(marks):  # stamped with the mark before, as the relay does
+                out.append(Message(seq, r, "mark", info={"call": k, **({"mark": {"call": marks[i - 1]}} if i else {})}))
                 out.append(Message(seq + 1, r, "send", peer=1 - r, info={"mark": {"call": k}}))
                 seq += 2
         return out
