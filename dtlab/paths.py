@@ -122,14 +122,21 @@ def read_bytes(path, hint: str, limit: int = MAX_BYTES, name: str | None = None,
     return raw
 
 
+def unreadable(path, limit: int = MAX_BYTES) -> str:
+    """Why :func:`read_bytes` would refuse ``path`` ("" if it would not): opened, checked and
+    closed, nothing read -- for a reader that streams the file itself."""
+    fd, why = _open_regular(path, limit, follow=True)
+    if fd is not None:
+        os.close(fd)
+    return why
+
+
 def check_readable(path, hint: str, limit: int = MAX_BYTES, name: str | None = None,
                    error: type[ValueError] = ValueError) -> None:
-    """What :func:`read_bytes` refuses, for a reader that streams the file itself: opened,
-    checked and closed, nothing read."""
-    fd, why = _open_regular(path, limit, follow=True)
-    if fd is None:
+    """:func:`unreadable` as :func:`read_bytes` raises it."""
+    why = unreadable(path, limit)
+    if why:
         raise _refuse(path, why, hint, name, error)
-    os.close(fd)
 
 
 def text_or_file(text_or_path, hint: str) -> tuple[str, str]:

@@ -157,7 +157,7 @@ def summary(log: NcclLog) -> str:
         out.append(f"NCCL error traces: {len(log.errors)}; first: {e['where']} -> {e['code']} "
                    f"({e['name']}) in {e['host']}:{e['pid']}")
     if log.skipped_sources:
-        out.append(f"skipped (no NCCL lines): {', '.join(log.skipped_sources)}")
+        out.append(f"skipped (no NCCL lines, or not read): {', '.join(log.skipped_sources)}")
     return "\n".join(out)
 
 

@@ -8,9 +8,9 @@ Files are read line by line, never whole, and a line longer than :data:`MAX_LINE
 (counted in ``Source.overlong``, shown in the report): NCCL's own lines are a few hundred bytes
 (``src/debug.cc`` formats each into a 1-2 KB buffer), so a longer one is someone else's -- a
 progress bar redrawn with ``\\r``, a dumped tensor -- and reading it whole cost several times its
-size in memory. A file named explicitly goes through :func:`dtlab.paths.check_readable`:
-only a regular file of at most :data:`MAX_FILE` bytes is read (a FIFO would block, a device
-never end, 3 GB take minutes).
+size in memory. Only a regular file of at most :data:`MAX_FILE` bytes is read (a FIFO would
+block, a device never end, 3 GB take minutes: :mod:`dtlab.paths`); one named explicitly that is
+not is refused, one found in a folder skipped.
 
 >>> [(s.name, s.explicit) for s in read_sources("h:1:1 [0] NCCL INFO NCCL version 2.28.9\\n")]
 [('<text>', True)]
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Union
 
-from ..paths import check_readable
+from ..paths import check_readable, unreadable
 
 PathOrText = Union[str, "os.PathLike[str]"]
 Sources = Union[PathOrText, list, tuple]
@@ -67,8 +67,9 @@ def read_sources(src: Sources) -> list[Source]:
     if isinstance(src, str) and _looks_like_text(src):
         return [Source("<text>", True, text=src)]
     path = Path(src)
-    if path.is_dir():
-        return [Source(str(p), False, path=str(p)) for p in _files_under(path)]
+    if path.is_dir():  # a file found there that cannot be read is skipped, its name saying why
+        return [Source(f"{p} (not read: {why})", False, text="") if (why := unreadable(p, MAX_FILE))
+                else Source(str(p), False, path=str(p)) for p in _files_under(path)]
     check_readable(path, HINT, limit=MAX_FILE, error=NotAnNcclLog)
     return [Source(str(path), True, path=str(path))]
 

@@ -49,3 +49,22 @@ def test_a_fifo_is_refused_not_read(tmp_path):
         nl.parse(str(fifo))  # opening it would block forever
     (tmp_path / "rank0.log").write_bytes(HEAD)
     assert nl.parse(str(tmp_path)).sources == [str(tmp_path / "rank0.log")]  # found, skipped
+
+
+def test_in_a_folder_an_unreadable_or_3_gb_file_is_skipped_and_said_why(tmp_path):
+    (tmp_path / "rank0.log").write_bytes(HEAD)
+    with open(tmp_path / "core", "wb") as f:
+        f.truncate(3 << 30)  # sparse: streaming its zeros took minutes
+    secret = tmp_path / "secret.log"
+    secret.write_bytes(HEAD)
+    secret.chmod(0)
+    if os.access(secret, os.R_OK):  # root reads it anyway: a /proc file refuses root too
+        if not os.path.exists("/proc/sys/vm/compact_memory"):
+            pytest.skip("root here, and no /proc file that refuses root")
+        secret.unlink()
+        os.symlink("/proc/sys/vm/compact_memory", secret)
+    log = nl.parse(str(tmp_path))  # was a PermissionError traceback
+    assert log.sources == [str(tmp_path / "rank0.log")]
+    skipped = " ".join(log.skipped_sources)
+    assert "core (not read: larger than 1024 MiB" in skipped
+    assert "secret.log (not read: cannot open it (Permission denied))" in skipped
