@@ -76,6 +76,11 @@ def test_vocab_is_a_leaf():
     assert _imports()["dtlab.vocab"] == set()
 
 
+def test_paths_and_limits_are_leaves():
+    deps = _imports()
+    assert deps["dtlab.paths"] == set() and deps["dtlab.limits"] == set()
+
+
 def test_runtime_imports_nothing_above_it():
     up = {m: sorted(d for d in deps if not (d.startswith("dtlab.runtime") or d == "dtlab.vocab"))
           for m, deps in _imports().items() if m.startswith("dtlab.runtime")}

@@ -280,3 +280,12 @@ def test_every_subcommand_and_option_is_classified():
 def test_a_gradebook_url_nothing_can_open_is_one_line(things):
     """``--db bogus://x`` was 38 lines of SQLAlchemy traceback."""
     _check("course report", ["course", "report", "--db", "bogus://x"], "bogus://x")
+
+
+@pytest.mark.parametrize("name", ["dtlab.paths", "dtlab.limits"])
+def test_docstring_examples(name):
+    import doctest
+    import importlib
+
+    result = doctest.testmod(importlib.import_module(name))
+    assert result.failed == 0 and result.attempted > 0
