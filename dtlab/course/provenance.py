@@ -83,6 +83,16 @@ def _hashes(tokens: list[str]) -> list[int]:
             for i in range(len(tokens) - K + 1)]
 
 
+def _unreadable(source: str) -> str:
+    """Why ``source`` does not tokenize to the end, or empty."""
+    try:
+        for _ in tokenize.generate_tokens(io.StringIO(source).readline):
+            pass
+    except (tokenize.TokenError, IndentationError, SyntaxError) as e:
+        return " ".join(str(e).split())[:120] or type(e).__name__
+    return ""
+
+
 def fingerprints(source: str) -> set[int]:
     """The winnowed fingerprints of ``source``: the smallest k-gram hash of every window."""
     hs = _hashes(_tokens(source) or [])
@@ -141,7 +151,16 @@ def _library(path: str) -> set[int]:
 
 
 def borrowed(source: str, without) -> str | None:
-    """Why the solution cell ``source`` is not the learner's own work, or None."""
+    """Why the solution cell ``source`` is not the learner's own work, or None. What is checked
+    is the code that runs (magics left out as the learner's process leaves them out); a cell the
+    checks cannot read is refused, not waved through."""
+    from .learner import _without_magics
+
+    source = _without_magics(source)
+    unread = _unreadable(source)
+    if unread:
+        return (f"your solution cell is not Python that reads to the end ({unread}), so it "
+                f"cannot be checked as your own work: fix it and run it again")
     held = information(source)
     if held > INFO_BYTES:
         return (f"your solution cell holds {held:,} bytes of information once compressed (at "

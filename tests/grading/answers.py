@@ -232,7 +232,10 @@ SHORTCUTS = {
            "def fit_alpha_beta(sizes, times_us):\n    import fit\n    f = fit.fit(sizes, times_us)\n"
            "    return f.alpha_us, f.beta_GBps\n"))],
     SLOW: [("dtlab.bench's own slow_pairs", lambda: "def slow_pairs(matrix, fraction=0.75):\n"
-            "    from dtlab.bench.p2p import slow_pairs as theirs\n    return theirs(matrix, fraction)\n")],
+            "    from dtlab.bench.p2p import slow_pairs as theirs\n    return theirs(matrix, fraction)\n"),
+           # third red team, A1: an unclosed string after a magic stopped the checks' tokenizer
+           ("dtlab.bench's slow_pairs behind a magic that opens a string, pasted in",
+            lambda: pasted("bench/p2p.py", "") + '\n%time """\n')],
     SP: [("dtlab.topology's own", lambda: "def slowest_pairs(links):\n"
           "    import dtlab.topology as T\n    return T.slowest_pairs({'links': links})\n")],
     NN: [("dtlab.topology's own", lambda: "def nearest_nic(links, nic_names):\n"

@@ -149,3 +149,13 @@ def test_the_information_bound_has_room_for_a_long_winded_answer():
     verbose = "\n".join(f"# step {i}: explain in plain words what the next lines do and why\n"
                         + longest.replace("def ", f"def v{i}_") for i in range(4))
     assert provenance.information(verbose) < provenance.INFO_BYTES
+
+
+@pytest.mark.parametrize("tail", ['%time """', "%time '''", '!echo """'])
+def test_a_cell_the_checks_cannot_read_is_not_waved_through(tail):
+    """An unclosed string after a magic stopped the tokenizer, and the checks found nothing to
+    refuse (third red team): magics are left out first, as the learner's process leaves them out,
+    and what still does not read is refused."""
+    assert "fit.py" in borrowed(code_of(FIT) + "\n" + tail + "\n", ("dtlab.bench",))
+    assert borrowed("def f(x):\n    return x + 1\n" + tail + "\n", ("dtlab.bench",)) is None
+    assert "reads to the end" in borrowed('def f(x):\n    return """x\n', ("dtlab.bench",))
