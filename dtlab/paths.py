@@ -45,7 +45,7 @@ def label(path, name: str | None = None) -> str:
     """The path as a message names it: ``csv='x.csv'`` for a parameter, ``--csv 'x.csv'`` for
     a flag, ``x.csv`` for neither (:func:`shown`, quoted as is: repr() would double ``\\``)."""
     if not name:
-        return shown(path)
+        return shown(path) or "''"
     return f"{name} '{shown(path)}'" if name.startswith("-") else f"{name}='{shown(path)}'"
 
 
@@ -73,6 +73,8 @@ def _open_regular(path, limit: int, follow: bool) -> tuple[int | None, str]:
         return None, "no such file"
     except OSError as e:
         return None, f"cannot open it ({e.strerror or type(e).__name__})"
+    except ValueError:  # from Python, never from a command line
+        return None, "a name with a NUL byte in it"
     st = os.fstat(fd)
     why = "" if stat.S_ISREG(st.st_mode) else f"{_kind(st.st_mode)}, not a regular file"
     if not why and st.st_size > limit:
