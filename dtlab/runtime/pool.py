@@ -79,19 +79,20 @@ class Pool:
         return self._sup.run_dir if self._sup else None
 
     def _start(self) -> None:
-        run_dir = make_run_dir("dtlab-pool-")
-        server = ControlServer(run_dir, write_key(run_dir))
-        try:
-            with open(os.path.join(run_dir, "context.pkl"), "wb") as f:
-                cloudpickle.dump(parent_context(), f)
-            self._sup = sup = Supervisor(self.plan, "serve", (server.address,), run_dir=run_dir)
-        except BaseException:  # before any rank: close the socket, remove the folder
-            server.close()
-            shutil.rmtree(run_dir, ignore_errors=True)
-            raise
         self._conns: dict[int, object] = {}
         self._offsets: dict[int, tuple[int, int]] = {}
         self._info: dict[int, dict] = {}
+        run_dir, server = make_run_dir("dtlab-pool-"), None
+        try:
+            server = ControlServer(run_dir, write_key(run_dir))
+            with open(os.path.join(run_dir, "context.pkl"), "wb") as f:
+                cloudpickle.dump(parent_context(), f)
+            self._sup = sup = Supervisor(self.plan, "serve", (server.address,), run_dir=run_dir)
+        except BaseException:  # before any rank (Ctrl-C too): close the socket, remove the folder
+            if server is not None:
+                server.close()
+            shutil.rmtree(run_dir, ignore_errors=True)
+            raise
         failed: dict[int, str] = {}
         pending: list = []
 
