@@ -114,7 +114,7 @@ def _nccl_log(args) -> int:
 # the Python parameters dtlab.bench / dtlab.tuning name in their errors -> the flags here
 SWEEP_FLAGS = {"op": "--op", "min_bytes": "-b", "max_bytes": "-e", "factor": "-f",
                "iters": "-n", "warmup": "-w", "dtype": "-d", "nprocs": "--nprocs",
-               "backend": "--backend", "timeout": "--timeout"}
+               "backend": "--backend", "timeout": "--timeout", "graph": "--graph"}
 
 
 def _bench(args) -> int:
@@ -128,7 +128,7 @@ def _bench(args) -> int:
         return _bench_p2p(args)
     with arguments(SWEEP_FLAGS):
         make_config(args.op, args.minbytes, args.maxbytes, args.stepfactor, args.iters,
-                    args.warmup_iters, args.datatype, nprocs=args.nprocs)
+                    args.warmup_iters, args.datatype, nprocs=args.nprocs, graph=args.graph)
         check_timeout(args.timeout)
         resolve(args.nprocs, args.backend)
         if args.graph:
@@ -370,8 +370,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--timeout", type=float, default=600, help="seconds before the run is a hang")
     b.add_argument("--csv", metavar="FILE", help="also write the table as CSV")
     b.add_argument("--plot", metavar="FILE.png", help="also draw busbw vs size")
-    b.add_argument("--graph", action="store_true", help="capture each size's timed loop in a "
-                   "CUDA graph and time its replay (NCCL on GPUs; like nccl-tests -G)")
+    b.add_argument("--graph", nargs="?", type=int, const=True, default=False, metavar="N",
+                   help="capture each size's timed loop in a CUDA graph and time N replays of it "
+                   "(default 100; NCCL on GPUs; like nccl-tests -G N)")
     b.add_argument("--p2p", action="store_true", help="instead of a sweep: copy GB/s and "
                    "latency between every GPU pair (-e: copy size, default 256M)")
     b.add_argument("--json", action="store_true", help="machine-readable output")
