@@ -185,8 +185,9 @@ def _autograde(api, args) -> int:
 def _grade(api, args) -> int:
     from .grade import grade
 
-    if not os.path.isfile(args.notebook):
-        print(f"dtlab course grade: no notebook {args.notebook}", file=sys.stderr)
+    why = _unreadable_notebook(args.notebook)
+    if why:
+        print(f"dtlab course grade: {why}", file=sys.stderr)
         return 2
     r = grade(args.notebook, args.assignment, out=args.out, student=args.student,
               source=args.source, cpu_s=args.cpu_limit, timeout=args.timeout,
@@ -196,6 +197,25 @@ def _grade(api, args) -> int:
         if s["error"]:
             print(f"  {gid}: 0 / {s['max_score']:g}: {s['error'].splitlines()[0][:160]}")
     return 0
+
+
+def _unreadable_notebook(path: str) -> str:
+    """Why ``path`` is not a notebook to grade (missing, not a bounded regular file, not JSON
+    nbformat reads), in one line; empty if it is one."""
+    import nbformat
+
+    from ..paths import read_bytes
+
+    hint = "give the student's .ipynb file"
+    try:
+        raw = read_bytes(path, hint, limit=64 << 20)
+    except (ValueError, OSError) as e:
+        return " ".join(str(e).split())
+    try:
+        nbformat.reads(raw.decode("utf-8"), as_version=4)
+    except Exception as e:  # noqa: BLE001 -- JSON, nesting, encoding, schema: not a notebook
+        return f"{path} is not a notebook ({type(e).__name__}): {hint}"
+    return ""
 
 
 def _merge(api, args) -> int:

@@ -78,11 +78,13 @@ SUBCOMMANDS = {
     "course report": (["course", "report"],
                       {"--db": Reads(url=True), "--root": Reads(inside="gradebook.db"),
                        "--csv": Writes(), "--notebooks": Elsewhere("report reads no notebook")}),
+    "course grade": (["course", "grade", "--assignment", "02_bandwidth", "--out", "/nonexistent-out"],
+                     {"notebook": Reads(), **{o: GRADING for o in ("--root", "--notebooks", "--out",
+                                                                     "--source")}}),
     **{f"course {step}": ([], {opt: GRADING for opt in opts}) for step, opts in {
         "release": ["--root", "--notebooks", "--out"],
         "validate": ["--root", "--notebooks"],
         "autograde": ["--root", "--notebooks", "--db", "submissions"],
-        "grade": ["--root", "--notebooks", "notebook", "--out", "--source"],
         "merge": ["--root", "--notebooks", "--db", "--results", "--submissions"],
         "feedback": ["--root", "--notebooks", "--db"]}.items()},
 }
