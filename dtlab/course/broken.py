@@ -48,6 +48,47 @@ def unlabeled_copy(src: str, into: str) -> str:
     return dst
 
 
+def moved_copy(folder: str, into: str, shift: int, name: str = "trainer.py",
+               file: str = "hang.py") -> str:
+    """An unlabeled copy of the evidence ``folder`` as if the job's code had moved: every
+    reference to ``file`` (tracebacks and fatal-error dumps, stack snapshots, Flight Recorder
+    frames) names ``name`` in the same folder instead, ``shift`` lines further down. Evidence read
+    for what it says still reads; a table keyed on where the planted lines were does not."""
+    import pickle
+    import re
+
+    from ..hang.diagnose.load import plain_pickle
+
+    dst = unlabeled_copy(folder, into)
+    where = re.compile(rf"([/\\]){re.escape(file)}(\", line |:)(\d+)")
+
+    def moved(m) -> str:
+        return f"{m.group(1)}{name}{m.group(2)}{int(m.group(3)) + shift}"
+
+    for root, _, files in os.walk(dst):
+        for f in files:
+            path = os.path.join(root, f)
+            with open(path, "rb") as fh:
+                raw = fh.read()
+            if os.path.basename(root) == "fr":
+                dump = plain_pickle(raw)
+                for entry in dump.get("entries", []):
+                    for fr in entry.get("frames") or []:
+                        if str(fr.get("filename", "")).endswith(os.sep + file):
+                            fr["filename"] = fr["filename"][:-len(file)] + name
+                            fr["line"] = int(fr["line"]) + shift
+                with open(path, "wb") as fh:
+                    pickle.dump(dump, fh)
+                continue
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                continue
+            with open(path, "w", encoding="utf-8") as fh:
+                fh.write(where.sub(moved, text))
+    return dst
+
+
 def _argv(spec: dict, nprocs: int, out: str, timeout: float) -> list[str]:
     argv = [sys.executable, "-m", "dtlab", "capstone", "hang", "--bug", str(spec["bug"]),
             "--nprocs", str(nprocs), "--backend", "gloo", "--out", out, "--timeout", str(timeout)]
