@@ -1,5 +1,6 @@
 """Helpers of the bad-input tables: nothing may start, and a command runs in a fork with a time
-limit (the fixture :func:`nothing_starts` is in conftest.py).
+limit (and the fixture :func:`nothing_starts`; not a conftest.py: tests import theirs as
+``conftest``, and a second one here would shadow it).
 
 A fork of this process (every module the commands import already imported) runs
 ``dtlab.cli.main`` with stdout and stderr as a terminal has them -- stderr escapes what is not
@@ -19,6 +20,8 @@ import tempfile
 import time
 import traceback
 from dataclasses import dataclass
+
+import pytest
 
 _fork = os.fork  # the real one, for run_cli, whatever a test patched since
 
@@ -116,3 +119,9 @@ def run_cli(argv: list[str], limit: float = 5.0) -> Outcome:
     err.seek(0)
     return Outcome(status, out.read().decode("utf-8", "replace"),
                    err.read().decode("utf-8", "replace"), seconds)
+
+
+@pytest.fixture
+def nothing_starts(monkeypatch):
+    """Any attempt to start a process raises :class:`Started`."""
+    refuse_starts(monkeypatch.setattr)

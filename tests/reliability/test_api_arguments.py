@@ -17,6 +17,8 @@ import math
 
 import pytest
 
+from forked import nothing_starts  # noqa: F401 -- a fixture
+
 BAD = {"nan": math.nan, "inf": math.inf, "negative": -1, "zero": 0, "huge": 10**15,
        "wrong type": "5"}
 NO_LIMIT = "inf: no limit, as in dtlab.run"
