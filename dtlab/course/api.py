@@ -215,7 +215,8 @@ def autograde(submissions: str, *, db: str | None = None, root: str | None = Non
                               f"--unsafe-no-sandbox to grade without isolation (every report "
                               f"line will say so)")
     root = course_root(root)
-    _config(root, db)  # a gradebook that cannot be written is refused now, not after the grading
+    if db:  # a gradebook that cannot be written is refused now, not after the grading (the
+        _config(root, db)  # default one's folder is the course root, which sync makes)
     known = sync(root, notebooks)
     submissions = os.path.abspath(submissions)
     pairs = scan_submissions(submissions, known)

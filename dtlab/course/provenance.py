@@ -159,6 +159,10 @@ def borrowed(source: str, without) -> str | None:
     source = _without_magics(source)
     unread = _unreadable(source)
     if unread:
+        try:
+            compile(source, "<solution cell>", "exec")
+        except (SyntaxError, ValueError):
+            return None  # it cannot run either: building it says why (a SyntaxError), no marks
         return (f"your solution cell is not Python that reads to the end ({unread}), so it "
                 f"cannot be checked as your own work: fix it and run it again")
     held = information(source)
