@@ -10,8 +10,8 @@ from dtlab import cli
 
 @pytest.mark.parametrize("argv, says", [
     (["--bug", "sum_los"], "--bug 'sum_los' is not a known bug"),
-    (["--nprocs", "1"], "--nprocs 1:"),
-    (["--steps", "0"], "--steps 0:"),
+    (["--nprocs", "1"], "--nprocs 1 must be a whole number >= 2"),
+    (["--steps", "0"], "--steps 0 must be a whole number >= 1"),
     (["--dtype", "float16"], "--dtype 'float16'"),
     (["--fsdp", "--bug", "batchnorm"], "--fsdp compares FSDP2 with DDP"),
     (["--backend", "nccl"], "needs CUDA GPUs"),
