@@ -65,12 +65,22 @@ OUTPUT_FILES = {"csv": "--csv", "plot": "--plot"}
 OUTPUT_FOLDERS = {"log_dir": "--log-dir"}
 
 
+# what matplotlib's savefig writes (its canvas's get_supported_filetypes, Agg backend)
+PICTURES = {"png", "pdf", "svg", "svgz", "eps", "ps", "jpg", "jpeg", "tif", "tiff", "webp", "pgf",
+            "raw", "rgba", "avif", "gif"}
+
+
 def check_outputs(args) -> None:
     from .paths import check_output_file, check_output_folder
 
     for dest, flag in OUTPUT_FILES.items():
         if getattr(args, dest, None):
             check_output_file(getattr(args, dest), flag)
+    plot = getattr(args, "plot", None)
+    ext = os.path.splitext(plot)[1].lstrip(".").lower() if plot else ""
+    if plot and ext not in PICTURES:  # matplotlib picks the format by it, after the measuring
+        raise ValueError(f"--plot {plot}: {'.' + ext if ext else 'no extension'} is not a picture "
+                         f"format matplotlib writes: end the name in .png, .svg or .pdf")
     for dest, flag in OUTPUT_FOLDERS.items():
         if getattr(args, dest, None):
             check_output_folder(getattr(args, dest), flag)

@@ -117,3 +117,12 @@ def test_a_failure_during_the_run_keeps_its_traceback(monkeypatch):
     monkeypatch.setattr(dtlab.bench, "sweep", failing_sweep)
     with pytest.raises(ValueError, match="while the ranks ran"):
         main(["bench", "-b", "8", "-e", "8", "--nprocs", "2", "--backend", "gloo"])
+
+
+@pytest.mark.parametrize("cmd", [["bench", "-e", "8"], ["tune", "-e", "1K"]])
+def test_a_plot_name_matplotlib_cannot_write_is_refused_before_measuring(cmd, tmp_path, capsys):
+    """matplotlib picks the format by the extension, after the sweep: a .txt was a traceback
+    once the measuring was done."""
+    assert main([*cmd, "--backend", "gloo", "--plot", str(tmp_path / "busbw.txt")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and ".txt is not a picture format" in err
