@@ -192,6 +192,14 @@ def user_traceback(e: BaseException) -> str:
     return "".join(traceback.format_exception(type(e), e, tb))
 
 
+def _said(e: BaseException) -> str:
+    """``str(e)``, or what Python's own traceback prints when that raises."""
+    try:
+        return str(e)
+    except Exception:  # noqa: BLE001 -- a learner's __str__ may raise anything
+        return "<exception str() failed>"
+
+
 def record_failure(e: BaseException, to_file: bool = True) -> str:
     """Print the traceback to stderr (the rank's live output) and, for a rank about to exit,
     write it where torch elastic looks (TORCHELASTIC_ERROR_FILE), in its format, with a
@@ -201,8 +209,9 @@ def record_failure(e: BaseException, to_file: bool = True) -> str:
     path = os.environ.get("TORCHELASTIC_ERROR_FILE") if to_file else None
     if path:
         now = time.time_ns()
+        said = _said(e)
         summary = (f"fn called sys.exit({e.code!r})" if isinstance(e, SystemExit)
-                   else f"{type(e).__name__}: {e}" if str(e) else type(e).__name__)
+                   else f"{type(e).__name__}: {said}" if said else type(e).__name__)
         data = {"message": {
             "message": summary,
             "extraInfo": {"py_callstack": text, "timestamp": str(now // 10**9),

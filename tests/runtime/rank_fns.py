@@ -127,3 +127,12 @@ def _slow_load(seconds: float):
 
 def quick(slow):
     return dist.get_rank()
+
+
+class Unprintable(Exception):
+    def __str__(self):
+        raise RuntimeError("str() of this exception fails")
+
+
+def raise_unprintable():
+    raise Unprintable()

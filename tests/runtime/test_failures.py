@@ -6,7 +6,8 @@ import threading
 import pytest
 
 import dtlab
-from rank_fns import exit_on, raise_everywhere, raise_on, return_unpicklable, signal_on
+from rank_fns import (exit_on, raise_everywhere, raise_on, raise_unprintable, return_unpicklable,
+                      signal_on)
 
 pytestmark = pytest.mark.usefixtures("no_orphans")
 
@@ -35,6 +36,15 @@ def test_every_failing_rank_is_reported():
     assert set(ei.value.failures) == {0, 1}
     assert "KeyError: 'missing on rank 0'" in ei.value.failures[0]
     assert "KeyError: 'missing on rank 1'" in ei.value.failures[1]
+
+
+def test_an_exception_whose_str_raises_is_still_named():
+    """The failure recorder called str(e): a learner's __str__ that raised took the recorder
+    down, and the rank read as one that exited 1 without a Python exception."""
+    with pytest.raises(dtlab.RankError) as ei:
+        dtlab.run(raise_unprintable, nprocs=2)
+    first = str(ei.value).splitlines()[0]
+    assert "Unprintable" in first and "without a Python exception" not in str(ei.value), first
 
 
 def test_os_exit_names_rank_and_exit_code():
