@@ -185,11 +185,14 @@ def dump_value(value, path: str) -> None:
 
 
 def user_traceback(e: BaseException) -> str:
-    """The traceback from the user's first frame on (dtlab's own frames dropped)."""
+    """The traceback from the user's first frame on (dtlab's own frames dropped). An error raised
+    before any frame of the user's (fn called with arguments it does not take) keeps the call's
+    own frame: a traceback with no frame at all reads as no Python traceback."""
     tb = e.__traceback__
+    last = None
     while tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(_runtime_dir):
-        tb = tb.tb_next
-    return "".join(traceback.format_exception(type(e), e, tb))
+        last, tb = tb, tb.tb_next
+    return "".join(traceback.format_exception(type(e), e, tb if tb is not None else last))
 
 
 def _said(e: BaseException) -> str:

@@ -6,8 +6,8 @@ import threading
 import pytest
 
 import dtlab
-from rank_fns import (exit_on, raise_everywhere, raise_on, raise_unprintable, return_unpicklable,
-                      signal_on)
+from rank_fns import (exit_on, quick, raise_everywhere, raise_on, raise_unprintable,
+                      return_unpicklable, signal_on)
 
 pytestmark = pytest.mark.usefixtures("no_orphans")
 
@@ -45,6 +45,16 @@ def test_an_exception_whose_str_raises_is_still_named():
         dtlab.run(raise_unprintable, nprocs=2)
     first = str(ei.value).splitlines()[0]
     assert "Unprintable" in first and "without a Python exception" not in str(ei.value), first
+
+
+def test_fn_called_with_an_argument_it_does_not_take_is_an_exception_not_a_death():
+    """dtlab.run(fn, nproc=2): the misspelt keyword goes to fn, which raises before any frame of
+    its own -- the traceback kept no frame, and the diagnosis read a rank that died silently
+    (look at dmesg, the OOM killer)."""
+    with pytest.raises(dtlab.RankError) as ei:
+        dtlab.run(quick, slw=1, nprocs=2)
+    assert "TypeError" in ei.value.failures[0] and "Traceback" in ei.value.failures[0]
+    assert ei.value.diagnosis.failure_class == "exception", ei.value.diagnosis.summary
 
 
 def test_os_exit_names_rank_and_exit_code():
