@@ -196,8 +196,10 @@ def _start(ag: Agents, net: netns.Network | None, nodes: int, ppn: int, fault: s
     each node's torchrun line)."""
     addresses = net.addresses if net else ["127.0.0.1"] * nodes
     port = RDZV_PORT if net else _free_port()
+    tmp = os.path.join(os.path.dirname(out), "tmp")  # torch elastic's own temp folders go with
+    os.makedirs(tmp, exist_ok=True)                  # the run folder (they stayed in $TMPDIR)
     base_env = {**os.environ, "OMP_NUM_THREADS": "1", "NCCL_NVLS_ENABLE": "0",
-                "PYTHONUNBUFFERED": "1"}
+                "PYTHONUNBUFFERED": "1", "TMPDIR": tmp}
     if fault and fault != "slow_link":  # connect attempts, refused or unanswered, logged
         base_env.update(TORCH_CPP_LOG_LEVEL="INFO", TORCH_DISTRIBUTED_DEBUG="DETAIL")
     ifname = netns.IFNAME if net else "lo"

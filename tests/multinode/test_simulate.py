@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -87,11 +88,15 @@ def _listeners_while(fn):
         t.join()
 
 
-def test_without_root_auto_falls_back_to_localhost_and_says_so(clean, monkeypatch, capsys):
+def test_without_root_auto_falls_back_to_localhost_and_says_so(clean, monkeypatch, capsys,
+                                                               tmp_path):
     """And every port the rehearsal listens on is on 127.0.0.1: torch's TCPStore alone would
-    listen on every address (::), reachable from other hosts."""
+    listen on every address (::), reachable from other hosts; and nothing is left in $TMPDIR
+    (torch elastic's torchelastic_* folders were)."""
     from dtlab.cli import main
 
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # read again from TMPDIR
     monkeypatch.setattr(netns, "available", lambda: "not root (network namespaces need root)")
     code, listening = _listeners_while(lambda: main(
         ["multinode", "simulate", "--nodes", "2", "--procs-per-node", "1", "--json"]))
@@ -103,6 +108,7 @@ def test_without_root_auto_falls_back_to_localhost_and_says_so(clean, monkeypatc
     assert {n["address"] for n in r["nodes"]} == {"127.0.0.1"}
     assert sorted(n["ranks"] for n in r["nodes"]) == [[0], [1]]
     assert r["diagnosis"]["failure_class"] == "no_failure"
+    assert os.listdir(tmp_path) == []
 
 
 @needs_root
