@@ -7,10 +7,14 @@
 * :mod:`.train`  FSDP2 training on ``dtlab.run`` ranks: loss, step time, tokens/s, memory, MFU
 
 The names below are imported on first use: ``dtlab capstone --help`` (and every other command,
-whose parser lists the capstone's) need not import torch.
+whose parser lists the capstone's) need not import torch. ``train`` is the function wherever
+the submodule of that name was first imported from (importing a submodule binds its name on
+the package; here that binding is refused).
 """
 
 import importlib
+import sys
+import types
 
 _FROM = {"CONFIGS": "model", "Config": "model", "Llama": "model", "flops_per_token": "model",
          "n_params": "model", "train": "train", "format_summary": "train"}
@@ -20,7 +24,18 @@ __all__ = ["CONFIGS", "Config", "Llama", "n_params", "flops_per_token", "train",
 
 
 def __getattr__(name: str):
-    if name in _FROM:  # kept here: importing .train binds the name to the submodule
-        value = globals()[name] = getattr(importlib.import_module(f".{_FROM[name]}", __name__), name)
+    if name in _FROM:
+        value = getattr(importlib.import_module(f".{_FROM[name]}", __name__), name)
+        globals()[name] = value
         return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+class _Package(types.ModuleType):
+    def __setattr__(self, name, value):
+        if name in _FROM and isinstance(value, types.ModuleType):
+            return  # the import system binding the submodule `train`: the name is the function's
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
