@@ -40,11 +40,11 @@ import torch.distributed as dist
 def check_graph_possible(backend: str | None = None) -> None:
     """ValueError, one line, when graph mode cannot run here (no CUDA, or a CPU backend)."""
     if not torch.cuda.is_available():
-        raise ValueError("graph=True captures the timed loop in a CUDA graph: it needs CUDA "
-                         "GPUs and the NCCL backend; this machine has no CUDA device. Drop "
-                         "graph=True (--graph) to time eagerly.")
+        raise ValueError("graph mode captures the timed loop in a CUDA graph: it needs CUDA "
+                         "GPUs and the NCCL backend; this machine has no CUDA device: time "
+                         "eagerly, without graph mode.")
     if backend not in (None, "auto", "nccl"):
-        raise ValueError(f"graph=True needs backend='nccl' (got {backend!r}): gloo runs on the "
+        raise ValueError(f"graph mode needs backend='nccl' (got {backend!r}): gloo runs on the "
                          f"CPU and has nothing to capture.")
 
 
