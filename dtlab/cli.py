@@ -101,10 +101,11 @@ def _validate(args) -> int:
 
     with arguments({"op": "--op", "nprocs": "--nprocs", "backend": "--backend",
                     "timeout": "--timeout"}):
-        ops = [check_op(o.strip()) for o in args.op.split(",") if o.strip()] \
-            if args.op and args.op.strip().lower() != "all" else list(collectives.OPS)
-        if not ops:
-            raise ValueError(f"--op {args.op!r}: give op names, e.g. all_reduce,all_to_all.")
+        names = None if args.op.strip().lower() == "all" else args.op.split(",")
+        if names is not None and not all(n.strip() for n in names):  # '' or 'a,,b': a slip
+            raise ValueError(f"--op {args.op!r}: an empty name; give op names separated by "
+                             f"commas, e.g. all_reduce,all_to_all (or all).")
+        ops = [check_op(n.strip()) for n in names] if names is not None else list(collectives.OPS)
         if args.nprocs is not None and args.nprocs < 2:
             raise ValueError(f"--nprocs {args.nprocs}: a collective needs at least 2 ranks.")
         check_timeout(args.timeout)

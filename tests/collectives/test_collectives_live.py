@@ -87,7 +87,8 @@ def test_cli_validate_json(capsys, no_orphans):
 
 
 @pytest.mark.parametrize("argv", [["--op", "all_reduce,nope"], ["--nprocs", "1"],
-                                  ["--backend", "mpi?"], ["--timeout", "-1"]])
+                                  ["--backend", "mpi?"], ["--timeout", "-1"],
+                                  ["--op", ""], ["--op", "all_reduce,,gather"]])  # '' ran all
 def test_cli_validate_bad_input_is_one_line_and_status_2(argv, capsys, no_orphans):
     assert cli.main(["validate", *argv]) == 2
     err = capsys.readouterr().err.strip()
