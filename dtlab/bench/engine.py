@@ -161,10 +161,7 @@ def graph_launches(graph) -> int:
         return 0
     if graph is True:
         return GRAPH_LAUNCHES
-    if isinstance(graph, int) and 1 <= graph <= 100_000:
-        return graph
-    raise ValueError(f"graph={graph!r}: give True, False or a number of replays from 1 to "
-                     f"100000 (as nccl-tests -G N).")
+    return whole("graph", graph, 1, 100_000, "replays, as nccl-tests -G N; or True / False")
 
 
 def make_config(op, min_bytes, max_bytes, factor=2, iters=20, warmup=5, dtype="float32",
