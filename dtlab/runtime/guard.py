@@ -91,12 +91,11 @@ def _serve(rank: int, launcher: int) -> None:
         status = _reap(rank)
         if status is None and launcher and os.getppid() != launcher:
             # the launcher died: end everything now, as the reaper would
-            reaper.end([rank] + reaper.descendants(os.getpid()), grace=0)
+            reaper.end_tree(os.getpid(), grace=0)
             _reap_all(2.0)
             os._exit(137)
-    left = reaper.descendants(os.getpid())
-    if left:
-        reaper.end(left, grace=0.5)
+    if reaper.descendants(os.getpid()):
+        reaper.end_tree(os.getpid(), grace=0.5)
         _reap_all(2.0)
     _exit_like(status)
 

@@ -55,9 +55,7 @@ def _watch_parent(parent: int) -> None:
 
 def end_descendants(grace: float = 0.5) -> None:
     """SIGTERM every process this rank started (own sessions too), SIGKILL what is left."""
-    kids = reaper.descendants(os.getpid())
-    if kids:
-        reaper.end(kids, grace)
+    reaper.end_tree(os.getpid(), grace)
 
 
 def _die(code: int) -> None:

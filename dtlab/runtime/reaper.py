@@ -144,6 +144,47 @@ def end(pids: list[int], grace: float = 0.5) -> None:
                 pass
 
 
+def end_tree(root: int, grace: float = 0.5, limit: float = 5.0) -> list[int]:
+    """End every process below ``root``, ``root`` itself spared, until none is left; returns the
+    pids that were still there after ``limit`` seconds (none, unless something below forks faster
+    than it can be stopped). SIGTERM first, SIGKILL after ``grace`` seconds (at once with 0).
+
+    One look and one kill is not enough: a process that forks while it is being ended -- a
+    re-forking chain, a supervisor that respawns its worker -- leaves a child that was not in the
+    look. So each round stops (SIGSTOP: a stopped process forks no more) and kills what is below
+    ``root`` now, and looks again. A child forked between a look and the stop is found in the
+    next look: ``root`` is a subreaper, so the orphan comes to it, not to init."""
+    kids = [p for p in descendants(root) if _alive(p)]
+    if kids and grace > 0:
+        end(kids, grace)
+    deadline = time.monotonic() + limit
+    while kids:
+        kids = [p for p in descendants(root) if _alive(p)]
+        if not kids or time.monotonic() > deadline:
+            break
+        for sig in (signal.SIGSTOP, signal.SIGKILL):
+            for pid in kids:
+                try:
+                    os.kill(pid, sig)
+                except OSError:
+                    pass
+        _reap_zombies(root)
+        time.sleep(0.005)
+    return kids
+
+
+def _reap_zombies(root: int) -> None:
+    """Reap this process's ended children (when ``root`` is this process: the guard, a rank)."""
+    if root != os.getpid():
+        return
+    while True:
+        try:
+            if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                return
+        except ChildProcessError:
+            return
+
+
 def _alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:

@@ -87,3 +87,25 @@ def fork_raises_then_exit(code: int):
         except (OSError, ValueError):
             time.sleep(0.01)
     os._exit(code)
+
+
+CHAIN = ("import os, signal, sys, time\n"
+         "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+         "while True:\n"
+         "    if os.fork():\n"
+         "        os._exit(0)\n"
+         "    os.setsid()\n"
+         "    with open(sys.argv[1], 'a') as f:\n"
+         "        f.write(f'{os.getpid()}\\n')\n"
+         "    time.sleep(0.05)\n")
+
+
+def start_a_reforking_chain(pid_file: str):
+    """A child that ignores SIGTERM and keeps forking: each generation forks, the parent exits,
+    the child starts a session of its own and writes its pid. Every pid it had is a stale one
+    a moment later."""
+    subprocess.Popen([sys.executable, "-c", CHAIN, f"{pid_file}.{dist.get_rank()}"])
+    import time
+
+    time.sleep(0.5)
+    return dist.get_rank()

@@ -18,7 +18,8 @@ import pytest
 import dtlab
 from conftest import pid_gone
 from reliability_fns import (child_then_die, fork_raises_then_exit, leave_early, spawn_children,
-                             sys_exit_on, value_from_a_module_only_ranks_have)
+                             start_a_reforking_chain, sys_exit_on,
+                             value_from_a_module_only_ranks_have)
 
 pytestmark = pytest.mark.usefixtures("no_orphans")
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -126,6 +127,28 @@ def test_a_rank_that_dies_at_once_takes_its_children_along(tmp_path):
     for p in left:  # re-parented to init: no fixture would find them
         os.kill(p, signal.SIGKILL)
     assert left == [], "a rank's child outlived the run"
+
+
+def test_a_reforking_chain_that_ignores_sigterm_ends_with_the_run(tmp_path):
+    """Fork, parent exits, child setsid, again every 50 ms: a kill of one look's pids misses the
+    newest generation, which then lives on under init (fresh #23 probe, F1)."""
+    pid_file = str(tmp_path / "pids")
+    assert dtlab.run(start_a_reforking_chain, pid_file, nprocs=2, backend="gloo").values == [0, 1]
+    time.sleep(0.3)  # a surviving chain would have forked again by now
+
+    def alive():
+        pids = [int(x) for r in range(2) for x in open(f"{pid_file}.{r}").read().split()]
+        return [p for p in pids if not pid_gone(p, 0.01)]
+
+    left = alive()
+    for _ in range(50):  # a survivor keeps changing its pid: kill until none is left
+        for p in alive():
+            try:
+                os.kill(p, signal.SIGKILL)
+            except OSError:
+                pass
+        time.sleep(0.01)
+    assert left == [], "a re-forking chain outlived the run"
 
 
 # -- one pool: loopback listeners, squatters, threads, close ------------------------------------
