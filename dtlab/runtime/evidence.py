@@ -17,6 +17,8 @@ An evidence directory holds (files are recognised by content, names only help pe
     run.json                  launch facts: backend, ranks, timeout, outcome, exit codes
     rank<R>.stdout.txt        everything rank R wrote (NCCL_DEBUG lines on NCCL included)
     rank<R>.stderr.txt
+    rank<R>.error.txt         the traceback rank R recorded (its error file) and never printed:
+                              it had closed its stderr, or set sys.stderr to None
     stacks/<when>-rank<R>.txt py-spy (or faulthandler) dumps: at a snapshot, at the timeout
     fr/fr_trace_<R>           Flight Recorder dumps
 
@@ -181,14 +183,31 @@ def _stable(path: str) -> bool:
     return size > 0 and os.path.getsize(path) == size
 
 
+def unprinted_tracebacks(err: BaseException | None, results) -> dict[int, str]:
+    """{rank: traceback} of the ranks whose exception ``err`` knows (from the error file) but
+    whose output does not show: a diagnosis reads output, and would call such a rank one that
+    died without a Python exception."""
+    stderr = {r.rank: r.stderr for r in results}
+    out = {}
+    for f in getattr(err, "failure_list", None) or []:
+        if f.kind in ("exception", "sys_exit") and f.detail.strip():
+            last = f.detail.strip().splitlines()[-1]
+            if last not in stderr.get(f.rank, ""):
+                out[f.rank] = f.detail
+    return out
+
+
 def write_evidence(out: str, results, meta: dict, stacks: dict[str, dict[int, str]],
-                   fr_dir: str | None) -> str:
+                   fr_dir: str | None, errors: dict[int, str] | None = None) -> str:
     """Write an evidence directory (see module docstring); returns its path."""
     os.makedirs(out, exist_ok=True)
     for r in results:
         for name, text in (("stdout", r.stdout), ("stderr", r.stderr)):
             with open(os.path.join(out, f"rank{r.rank}.{name}.txt"), "w") as f:
                 f.write(text)
+    for rank, text in (errors or {}).items():
+        with open(os.path.join(out, f"rank{rank}.error.txt"), "w") as f:
+            f.write(text)
     for when, per_rank in stacks.items():
         if not per_rank:
             continue

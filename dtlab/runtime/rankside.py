@@ -204,9 +204,9 @@ def _said(e: BaseException) -> str:
 def record_failure(e: BaseException, to_file: bool = True) -> str:
     """Print the traceback to stderr (the rank's live output) and, for a rank about to exit,
     write it where torch elastic looks (TORCHELASTIC_ERROR_FILE), in its format, with a
-    nanosecond timestamp beside torch's whole seconds."""
+    nanosecond timestamp beside torch's whole seconds. The file first: a rank that closed its
+    fds 1 and 2, or set ``sys.stderr = None``, still has its exception recorded."""
     text = user_traceback(e)
-    sys.stderr.write(text)
     path = os.environ.get("TORCHELASTIC_ERROR_FILE") if to_file else None
     if path:
         now = time.time_ns()
@@ -221,6 +221,11 @@ def record_failure(e: BaseException, to_file: bool = True) -> str:
                           "pid": str(os.getpid())}}}
         with open(path, "w") as f:
             json.dump(data, f)
+    try:
+        sys.stderr.write(text)
+        sys.stderr.flush()
+    except Exception:  # noqa: BLE001 -- no stderr left (None, a closed fd): the file has it
+        pass
     return text
 
 

@@ -224,7 +224,8 @@ class Supervisor:
         out = out or os.path.join(self.run_dir, "evidence")
         facts = {"backend": self.plan.backend, "nprocs": self.plan.nprocs,
                  "stack_method": self.stack_method, **facts}
-        evidence.write_evidence(out, results, facts, self.stacks, self.fr_dir)
+        evidence.write_evidence(out, results, facts, self.stacks, self.fr_dir,
+                                evidence.unprinted_tracebacks(err, results))
         if err is not None:
             evidence.run_postmortem(err, out)
         return out

@@ -109,3 +109,18 @@ def start_a_reforking_chain(pid_file: str):
 
     time.sleep(0.5)
     return dist.get_rank()
+
+
+def raise_without_stderr(how: str):
+    """Raise after taking away the rank's stderr: fds 1 and 2 closed, ``sys.stderr = None``, or
+    both pointed at /dev/null."""
+    if how == "close":
+        os.close(1)
+        os.close(2)
+    elif how == "none":
+        sys.stdout = sys.stderr = None
+    else:
+        fd = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+    raise ValueError("plain error")

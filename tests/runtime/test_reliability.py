@@ -17,8 +17,9 @@ import pytest
 
 import dtlab
 from conftest import pid_gone
-from reliability_fns import (child_then_die, fork_raises_then_exit, leave_early, spawn_children,
-                             start_a_reforking_chain, sys_exit_on,
+from reliability_fns import (child_then_die, fork_raises_then_exit, leave_early,
+                             raise_without_stderr, spawn_children, start_a_reforking_chain,
+                             sys_exit_on,
                              value_from_a_module_only_ranks_have)
 
 pytestmark = pytest.mark.usefixtures("no_orphans")
@@ -149,6 +150,17 @@ def test_a_reforking_chain_that_ignores_sigterm_ends_with_the_run(tmp_path):
                 pass
         time.sleep(0.01)
     assert left == [], "a re-forking chain outlived the run"
+
+
+@pytest.mark.parametrize("how", ["close", "none", "devnull"])
+def test_an_exception_without_stderr_is_still_the_exception(how):
+    """The rank's exception reaches the RankError and the diagnosis through its error file, not
+    its output (fresh #23 probe, F4: 'without a Python exception', diagnosis rank_died)."""
+    with pytest.raises(dtlab.RankError) as ei:
+        dtlab.run(raise_without_stderr, how, nprocs=2, backend="gloo")
+    e = ei.value
+    assert e.failure_list[0].summary == "ValueError: plain error", str(e)
+    assert e.diagnosis is not None and e.diagnosis.failure_class == "exception", e.diagnosis
 
 
 # -- one pool: loopback listeners, squatters, threads, close ------------------------------------
