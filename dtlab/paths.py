@@ -23,6 +23,7 @@ A leaf, like :mod:`dtlab.vocab`: it imports nothing from dtlab.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import tempfile
@@ -171,10 +172,16 @@ def _existing_ancestor(path: str) -> str:
     return here
 
 
+_HELD: list[int] = []  # write ends of output FIFOs, open until exit (check_output_file)
+
+
 def check_output_file(path, name: str | None = None) -> None:
     """A file this process can create or overwrite, checked before anything is measured.
     Refused: a folder, a path under a missing folder or under a file, a place it cannot write.
-    An existing FIFO or device is fine (``--csv /dev/stdout``, ``>(gzip > out.gz)``)."""
+    An existing FIFO or device is fine (``--csv /dev/stdout``, ``>(gzip > out.gz)``), but a
+    FIFO needs a reader now: writing to one with none would block for ever, after the whole
+    measurement. The end opened to find out stays open until this process exits, so a reader
+    that sees its last writer go (``cat FIFO``) does not leave before the real write."""
     named = label(path, name)
     folder = os.path.dirname(os.path.abspath(path))
     if os.path.isdir(path):
@@ -184,7 +191,18 @@ def check_output_file(path, name: str | None = None) -> None:
         raise ValueError(f"{named}: its folder {shown(folder)} {what}: make the folder first "
                          f"(mkdir -p) or give another path")
     if os.path.exists(path):
-        if not stat.S_ISREG(os.stat(path).st_mode):
+        mode = os.stat(path).st_mode
+        if stat.S_ISFIFO(mode):
+            try:
+                _HELD.append(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+            except OSError as e:
+                if e.errno == errno.ENXIO:
+                    raise ValueError(f"{named} is a FIFO that nothing reads: start its reader "
+                                     f"first, or give a regular file") from None
+                raise ValueError(f"{named}: cannot write it ({e.strerror}): give another "
+                                 f"path") from None
+            return
+        if not stat.S_ISREG(mode):
             return
         try:
             os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK))

@@ -27,7 +27,8 @@ from forked import run_cli, warm
 LIMIT = 5.0  # seconds a refusal may take, start-up not counted
 INPUTS = ["missing", "directory", "FIFO", "/dev/zero", "empty", "binary", "3 GB sparse",
           "nested JSON", "unreadable", "non-UTF-8 name"]
-OUTPUTS = ["folder missing", "a folder", "a file", "under a file", "unwritable", "not empty"]
+OUTPUTS = ["folder missing", "a folder", "a file", "under a file", "unwritable", "not empty",
+           "FIFO nothing reads"]
 NESTED = '{"nprocs": 2, "backend": "gloo", "ranks": ' + "[" * 200_000 + "]" * 200_000 + "}"
 ROOT_REFUSED = "/proc/sys/vm/compact_memory"  # mode 0200: open for reading fails even for root
 # "what to do": the one line ends in an instruction
@@ -134,7 +135,7 @@ def _rows(kind: type, cases: list[str]):
 def _applies(role: Writes, case: str) -> bool:
     if case == "not empty":
         return role.empty
-    if case == "folder missing":  # a folder to write is made, parents and all
+    if case in ("folder missing", "FIFO nothing reads"):  # a folder is made, parents and all
         return not role.folder
     return case != ("a file" if not role.folder else "a folder")
 
@@ -225,7 +226,8 @@ def _writes_argument(things, case: str, role: Writes) -> str:
     name = "out" if role.folder else "out.csv"
     return {"folder missing": f"/nonexistent-dtlab-folder/{name}", "a folder": str(things),
             "a file": str(things / "regular"), "under a file": str(things / "regular" / name),
-            "unwritable": f"/proc/dtlab-{name}", "not empty": str(things / "full")}[case]
+            "unwritable": f"/proc/dtlab-{name}", "not empty": str(things / "full"),
+            "FIFO nothing reads": str(things / "fifo")}[case]
 
 
 def _argv(leaf: str, opt: str, value: str) -> list[str]:
