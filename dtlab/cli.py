@@ -512,6 +512,9 @@ def main(argv: list[str] | None = None) -> int:
     except (BadInput, LaunchError) as e:  # LaunchError: raised before any rank started
         print(f"dtlab {args.command}: {one_line(e)}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # the launch it interrupted has ended its ranks on the way out
+        print(f"dtlab {args.command}: stopped by Ctrl-C", file=sys.stderr)
+        return 128 + 2  # as a shell reports a process ended by SIGINT
     except BrokenPipeError:  # `dtlab ... --json | head`: the reader has what it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0

@@ -126,3 +126,36 @@ def test_a_plot_name_matplotlib_cannot_write_is_refused_before_measuring(cmd, tm
     assert main([*cmd, "--backend", "gloo", "--plot", str(tmp_path / "busbw.txt")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and ".txt is not a picture format" in err
+
+
+def test_ctrl_c_is_one_line_exit_130_and_leaves_nothing(tmp_path, no_orphans):
+    """Ctrl-C while `dtlab hang` waits on its stuck ranks: one line, the shell's 130, ranks gone
+    (it printed a KeyboardInterrupt traceback: fresh #23 probe, m3)."""
+    import signal
+    import time
+
+    import psutil
+
+    code = ("import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+            "from dtlab.cli import main; sys.exit(main(sys.argv[1:]))")
+    proc = subprocess.Popen([sys.executable, "-c", code, "hang", "p2p_deadlock", "--nprocs", "2",
+                             "--backend", "gloo", "--timeout", "60", "--out", str(tmp_path / "e")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        def ranks_up():
+            try:
+                return any("dtlab.runtime.worker" in " ".join(c.cmdline())
+                           for c in psutil.Process(proc.pid).children(recursive=True))
+            except psutil.Error:
+                return False
+
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not ranks_up():
+            time.sleep(0.1)
+        time.sleep(1)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130 and "Traceback" not in err, err
+    assert err.strip().splitlines()[-1] == "dtlab hang: stopped by Ctrl-C", err
