@@ -121,6 +121,16 @@ def check_fn(fn) -> None:
     if not callable(fn):
         raise LaunchError(f"fn={fn!r} is not callable: pass the function itself, e.g. "
                           f"dtlab.run(train, 10), not dtlab.run(train(10)).")
+    import inspect
+
+    # its call would return a coroutine or generator that no rank runs and none can send back
+    for test, what in ((inspect.iscoroutinefunction, "an async function"),
+                       (inspect.isasyncgenfunction, "an async generator function"),
+                       (inspect.isgeneratorfunction, "a generator function")):
+        if test(fn):
+            raise LaunchError(f"fn={getattr(fn, '__name__', fn)!r} is {what}: ranks call fn and "
+                              f"send back what it returns; pass a plain function (wrap it: "
+                              f"def main(): return asyncio.run(fn()), or list(fn())).")
 
 
 START_TIMEOUT = 300.0  # seconds a rank may take to reach user code: interpreter, imports, group

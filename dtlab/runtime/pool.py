@@ -213,6 +213,9 @@ class Pool:
     def push(self, **variables) -> None:
         """Set ``name = value`` in every rank's namespace."""
         for name, v in variables.items():
+            if not name.isidentifier():  # pool.push(**{"a b": 1}): no cell could name it
+                raise LaunchError(f"pool.push: {name!r} is not a variable name: give names a "
+                                  f"cell can use, e.g. pool.push(lr=0.1).")
             dumps_checked(v, f"pool.push({name}=...) value ({type(v).__name__})")
         blob = dumps(variables)
         self._command(lambda cid: Push(cid, blob), None, None, "pool.push", quiet=True)

@@ -85,6 +85,21 @@ def test_fn_that_is_not_callable_is_refused(nothing_starts):
         dtlab.run(3, nprocs=2, backend="gloo")
 
 
+async def _coroutine_fn():
+    return 1
+
+
+def _generator_fn():
+    yield 1
+
+
+@pytest.mark.parametrize("fn", [_coroutine_fn, _generator_fn], ids=["async", "generator"])
+def test_fn_whose_call_returns_no_value_is_refused(fn, nothing_starts):
+    """Its call returns a coroutine or generator: no rank runs it and none can send it back."""
+    with pytest.raises(dtlab.LaunchError, match="plain function"):
+        dtlab.run(fn, nprocs=2, backend="gloo")
+
+
 def test_validate_refuses_absurd_nprocs_in_one_line(nothing_starts, capsys):
     assert cli_main(["validate", "--nprocs", "1000000"]) == 2
     err = capsys.readouterr().err.splitlines()

@@ -197,6 +197,8 @@ def test_bad_arguments(pool):
         pool.exec("1", timeout=-1)
     with pytest.raises(dtlab.LaunchError, match="cannot be sent"):
         pool.push(lock=threading.Lock())
+    with pytest.raises(dtlab.LaunchError, match="'not a name' is not a variable name"):
+        pool.push(**{"not a name": 1})
     # every command's numbers: a LaunchError naming the argument, before anything is sent
     for bad in (math.nan, -1, 0, 1e12, 1e-9, "5", True):
         for command in (lambda: pool.exec("1", timeout=bad), lambda: pool.run(int, timeout=bad)):
