@@ -128,3 +128,10 @@ def test_malformed_run_json_is_unreadable(job):
     (job / "run.json").write_text(json.dumps({"nprocs": 2, "backend": "gloo", "ranks": [1, "x"]}))
     d = diagnose(str(job))
     assert "run.json" in unreadable(d)
+
+
+def test_a_run_json_cut_short_is_named_as_such(job):
+    """A run.json cut short (a full disk, a copy stopped halfway) was read as console text."""
+    (job / "run.json").write_text('{"nprocs": 2, "backend": "gloo", "ranks": [')
+    d = diagnose(str(job))
+    assert "not whole JSON" in unreadable(d)["run.json"] and d.failure_class == "exception"

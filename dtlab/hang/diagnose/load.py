@@ -105,7 +105,10 @@ def classify(path: str, raw: bytes) -> tuple[str, object, str]:
             obj = json.loads(text)
         except RecursionError:  # '[' * 200_000: nothing dtlab or torch writes
             return "unreadable", None, "JSON nested deeper than Python's recursion limit"
-        except ValueError:
+        except ValueError as e:
+            if os.path.basename(path) == "run.json":  # the name is a hint; here, the only one
+                return "unreadable", None, (f"a run.json that is not whole JSON ({_short(e)}): "
+                                            f"cut short, or not written by dtlab")
             obj = None
         if isinstance(obj, dict):
             if "entries" in obj and "version" in obj:
