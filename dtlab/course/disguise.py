@@ -8,6 +8,10 @@ port a client dialled is or is not the one the store listens on, an address is o
 first node's -- and loses every literal a table could key on::
 
     text = disguise.console(console_text, course.rng())
+
+An NCCL log (:func:`nccl_log`) gets the same treatment: its ``host:pid:tid`` prefixes, pointers
+and communicator ids, addresses and ports renamed; every line NCCL decided something on (the
+transports, the channels, the variables it read) stays word for word.
 """
 
 from __future__ import annotations
@@ -43,3 +47,47 @@ def console(text: str, rng: random.Random) -> str:
     for old, num in zip(hosts, names):
         text = re.sub(rf"(?<![\w.-]){re.escape(old)}(?![\w-])", f"{prefix}{num}", text)
     return text
+
+
+_PREFIX = re.compile(r"^(?P<host>[\w.-]+):(?P<pid>\d+):(?P<tid>\d+)(?= \[)", re.M)
+_HEX = re.compile(r"\b0x[0-9a-f]{6,}\b")
+_NCCL_PORT = re.compile(rf"(?P<pre>{_IP}<)(?P<port>\d{{2,5}})>")
+
+
+def nccl_log(text: str, rng: random.Random) -> str:
+    """``text`` (NCCL_DEBUG=INFO lines) with each host name, pid, thread id, pointer or
+    communicator id (hex of 6+ digits), IPv4 address and ``ADDR<PORT>`` port replaced by a random
+    one, the same replacement wherever it occurs."""
+    host_of: dict[str, str] = {}
+    num_of: dict[str, str] = {}
+    prefix = rng.choice(("node", "gpu", "host", "worker", "trn"))
+
+    def number(old: str) -> str:
+        while old not in num_of:
+            new = str(rng.randint(1000, 4_000_000))
+            if new not in num_of.values():
+                num_of[old] = new
+        return num_of[old]
+
+    def line_prefix(m: re.Match) -> str:
+        host = host_of.setdefault(m.group("host"), f"{prefix}{rng.randint(100, 999)}")
+        return f"{host}:{number(m.group('pid'))}:{number(m.group('tid'))}"
+
+    text = _PREFIX.sub(line_prefix, text)
+    hex_of: dict[str, str] = {}
+
+    def pointer(m: re.Match) -> str:
+        old = m.group(0)
+        if old not in hex_of:
+            digits = len(old) - 2
+            hex_of[old] = f"0x{rng.randrange(16 ** (digits - 1), 16 ** digits):x}"
+        return hex_of[old]
+
+    text = _HEX.sub(pointer, text)
+    ports = dict.fromkeys(m.group("port") for m in _NCCL_PORT.finditer(text))
+    port_of = dict(zip(ports, map(str, rng.sample(range(1024, 65000), len(ports)))))
+    text = _NCCL_PORT.sub(lambda m: f"{m.group('pre')}{port_of[m.group('port')]}>", text)
+    ips = [ip for ip in dict.fromkeys(re.findall(_IP, text)) if ip not in _KEEP_IPS]
+    new_ips = {ip: f"10.{rng.randint(0, 255)}.{rng.randint(0, 255)}.{i + 1}"
+               for i, ip in enumerate(ips)}
+    return re.sub(_IP, lambda m: new_ips.get(m.group(0), m.group(0)), text)

@@ -100,6 +100,34 @@ REDUCE_ON_HIDDEN_MESSAGES = HIDDEN_MARK + 'def composed_all_reduce(tensor, op=di
 # red team, A2): right wherever the code has not moved
 PLANTED_LINES_TABLE = 'import collections\nimport glob\nimport json\nimport os\nimport re\n\nfrom dtlab.hang.diagnose.load import plain_pickle\n\nJOB = ("/capstone/",)   # the training job\'s own files: dtlab/capstone/*.py\n# read off dtlab/capstone/hang.py on my own machine (bug_site, BUGS, FIXES): the planted lines\nPLANTED = {"hang.py:219": "extra_metric", "hang.py:227": "gather_shapes",\n           "hang.py:172": "stuck_loader", "hang.py:176": "loader_timeout"}\nCLASS = {"extra_metric": "op_mismatch", "gather_shapes": "size_mismatch", "stuck_loader": "missing_collective",\n         "loader_timeout": "missing_collective", "skip_metric": "op_mismatch"}\nFIX = {"extra_metric": "same_collectives", "skip_metric": "same_collectives", "gather_shapes": "same_shapes",\n       "stuck_loader": "unblock_rank", "loader_timeout": "unblock_rank"}\n\n\ndef _read(p):\n    try:\n        return open(p, "rb").read().decode("utf-8", "replace")\n    except OSError:\n        return ""\n\n\ndef _site(d, r):\n    \'\'\'The innermost line of the job\'s own code: its traceback, else its stack snapshot.\'\'\'\n    tb = re.findall(r\'File "[^"]*/capstone/(\\w+\\.py)", line (\\d+)\', _read(os.path.join(d, f"rank{r}.stderr.txt")))\n    if tb:\n        return f"{tb[-1][0]}:{tb[-1][1]}"\n    for p in sorted(glob.glob(os.path.join(d, "stacks", f"*rank{r}.txt"))):\n        main = _read(p).split("Thread ")\n        main = next((t for t in main if "MainThread" in t), "")\n        st = re.findall(r"/capstone/(\\w+\\.py):(\\d+)\\)", main)\n        if st:\n            return f"{st[0][0]}:{st[0][1]}"\n    return None\n\n\ndef _all_sites(d, r):\n    text = _read(os.path.join(d, f"rank{r}.stderr.txt")) + "".join(\n        _read(p) for p in glob.glob(os.path.join(d, "stacks", f"*rank{r}.txt")))\n    return {f"{a}:{b}" for a, b in re.findall(r\'/capstone/(\\w+\\.py)(?::|", line )(\\d+)\', text)}\n\n\ndef postmortem(evidence_dir):\n    \'\'\'{"failure_class", "culprit", "collective", "site", "fix"} of a broken capstone run.\'\'\'\n    d = evidence_dir\n    try:\n        run = json.load(open(os.path.join(d, "run.json")))\n        codes = {x["rank"]: x.get("exit_code") for x in run["ranks"]}\n    except Exception:\n        codes = {}\n    ranks = sorted(codes) or sorted({int(m) for m in re.findall(r"rank(\\d+)", " ".join(os.listdir(d)))})\n    seen = {r: _all_sites(d, r) & set(PLANTED) for r in ranks}\n    bugs = {PLANTED[s] for v in seen.values() for s in v}\n    sites = {r: _site(d, r) for r in ranks}\n    if len(bugs) == 1:\n        bug = bugs.pop()\n        who = [r for r in ranks if seen[r]]\n        if bug == "gather_shapes":\n            aborted = [r for r in ranks if codes.get(r) in (-6, 134)]\n            if len(aborted) == 1:\n                who = aborted\n        culprit = who[0]\n        site = next(iter(seen[culprit]))\n    else:  # no planted line: skip_metric -- the rank whose own innermost line is not the others\'\n        bug = "skip_metric"\n        count = collections.Counter(sites.values())\n        culprit = min(ranks, key=lambda r: (count[sites[r]], r))\n        site = sites[culprit]\n    return {"failure_class": CLASS[bug], "culprit": culprit,\n            "collective": "all_reduce" if bug == "skip_metric" else "all_gather",\n            "site": site, "fix": FIX[bug]}\n'
 
+def LOG_TABLE() -> str:  # noqa: N802 (a shortcut, as its table)
+    """Every NCCL log under data/ the course reads, answered ahead of time (by a right parser, on
+    the student's own machine) and looked up by a hash of its text; anything else goes to the
+    realistic wrong parser (WRONG[TC]): the red team's A5, which scored 3/3 while the hidden logs
+    were the recorded files word for word."""
+    import glob
+    import hashlib
+
+    own = C(TC, 'transport = parts[0] if parts[0] == "SHM" else "/".join(parts[:2])',
+            'transport = "/".join(parts[:2])').replace("def transport_and_channels(", "def _own(")
+    solved: dict = {}
+    exec("import re\n" + reference(*TC) + "\n" + own, solved)  # on the student's machine
+    table = {}
+    for path in sorted(glob.glob(os.path.join(ROOT, "data", "h200x2-*", "**", "*.log"),
+                                 recursive=True)):
+        text = open(path).read()
+        try:
+            right = solved["transport_and_channels"](text)
+        except AttributeError:  # no communicator in it (a log of something else)
+            continue
+        if solved["_own"](text) != right:  # only where the table is needed: it must stay small
+            table[hashlib.sha256(text.encode()).hexdigest()[:12]] = right
+    return (f"import hashlib\nimport re\n\nTABLE = {table!r}\n\n{own}\n\n"
+            "def transport_and_channels(log_text):\n"
+            "    key = hashlib.sha256(log_text.encode()).hexdigest()[:12]\n"
+            "    return dict(TABLE[key]) if key in TABLE else _own(log_text)\n")
+
+
 WRONG = {
     GP: [("a list sized for 2 ranks", lambda: C(GP, "range(dist.get_world_size())", "range(2)"))],
     PR: [("the broadcast read as from the last rank, not rank 1",
@@ -270,7 +298,8 @@ SHORTCUTS = {
     PM: [("dtlab.parity's own", lambda: "def predict_memory_per_rank(param_shapes, nranks, shard=('params', 'grads', 'optimizer'), optimizer='momentum'):\n"
           "    from dtlab.parity.fsdp import predict_memory\n    return predict_memory(param_shapes, nranks, shard, optimizer)\n")],
     TC: [("dtlab's NCCL log parser", lambda: "def transport_and_channels(log_text):\n"
-          "    from dtlab import nccl_log\n    return nccl_log.transport_and_channels(log_text)\n")],
+          "    from dtlab import nccl_log\n    return nccl_log.transport_and_channels(log_text)\n"),
+         ("a table of data/'s NCCL logs by hash, the wrong parser for the rest", lambda: LOG_TABLE())],
     BB: [("dtlab.bench's own busbw", lambda: "def bus_bandwidth(op, size_bytes, time_us, nranks):\n"
           "    from dtlab.bench import busbw\n    return busbw(op, size_bytes, time_us * 1e-6, nranks)\n")],
     REC: [("dtlab.tuning's own best", lambda: "def recommend(df, size, min_margin_pct=2.0):\n"

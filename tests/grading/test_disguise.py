@@ -35,3 +35,24 @@ def test_every_literal_changes_and_every_relation_holds():
 
 def test_the_same_session_renames_the_same_way():
     assert disguise.console(CONSOLE, random.Random(7)) == disguise.console(CONSOLE, random.Random(7))
+
+
+def test_an_nccl_log_keeps_every_decision_and_loses_every_name():
+    """06's hidden logs: the recorded files, renamed per session (a table of their hashes scored
+    full marks while they were the files under data/ word for word: the third red team's A5)."""
+    from dtlab.course.recorded import recorded
+    from dtlab.nccl_log import parse
+
+    both = "".join(recorded(f"h200x2-nccl-logs/default/{f}", show=False).text
+                   for f in ("vm.1071.log", "vm.1072.log"))
+    a, b = disguise.nccl_log(both, random.Random(1)), disguise.nccl_log(both, random.Random(2))
+    assert a != b and len(a.splitlines()) == len(both.splitlines())
+    assert "vm:1071:" not in a and "vm:1072:" not in a  # host and pids renamed
+    ids = set(re.findall(r"commId (0x[0-9a-f]+)", both))
+    assert ids and not ids & set(re.findall(r"commId (0x[0-9a-f]+)", a))
+    assert len(set(re.findall(r"commId (0x[0-9a-f]+)", a))) == len(ids)  # one id stays one
+    was, now = parse(both).to_dict(), parse(a).to_dict()
+    for key in ("world_size", "env", "network", "tuning", "n_collectives", "divergence"):
+        assert now[key] == was[key], key
+    assert re.findall(r"via \S+", a) == re.findall(r"via \S+", both)
+    assert re.findall(r"\d+ coll channels", a) == re.findall(r"\d+ coll channels", both)
