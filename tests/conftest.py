@@ -120,6 +120,16 @@ if _OWN_CACHE:
     os.environ[CACHE_ENV] = tempfile.mkdtemp(prefix="dtlab-test-session-")
 
 
+# Under pytest-xdist (make test runs two workers) each worker has a temp dir of its own: tests
+# that look for what a tool left in the temp dir see their own worker's leftovers only.
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+_OWN_TMP = None
+if _WORKER:
+    _OWN_TMP = tempfile.mkdtemp(prefix=f"dtlab-test-{_WORKER}-")
+    os.environ["TMPDIR"] = _OWN_TMP
+    tempfile.tempdir = None
+
+
 # evidence folders a tool makes when not told where (dtlab-evidence/ in the current folder for
 # a learner): the session's own, removed at the end
 _OWN_EVIDENCE = "DTLAB_EVIDENCE_ROOT" not in os.environ
@@ -132,6 +142,8 @@ def pytest_report_header(config):
 
 
 def pytest_unconfigure(config):
+    if _OWN_TMP:
+        shutil.rmtree(_OWN_TMP, ignore_errors=True)
     if _OWN_CACHE:
         shutil.rmtree(os.environ[CACHE_ENV], ignore_errors=True)
     if _OWN_EVIDENCE:
