@@ -37,6 +37,16 @@ def read_key(run_dir: str) -> bytes:
         return f.read()
 
 
+def reachable(path: str) -> tuple[str, int | None]:
+    """``path`` as a unix socket address, and an fd to close once it is bound or connected.
+    An address holds at most 107 bytes; a run folder deeper than that (a long ``$TMPDIR`` or
+    ``DTLAB_RUN_ROOT``) is reached through ``/proc/self/fd/N`` of its folder, held open."""
+    if len(os.fsencode(path)) < 100 or not os.path.isdir("/proc/self/fd"):
+        return path, None
+    fd = os.open(os.path.dirname(path), os.O_RDONLY | os.O_DIRECTORY)
+    return f"/proc/self/fd/{fd}/{os.path.basename(path)}", fd
+
+
 class ControlServer:
     """Accepts connections in a thread and authenticates each in a thread of its own, so a
     connection that never answers the challenge delays nobody; hands authenticated ones over
@@ -49,7 +59,8 @@ class ControlServer:
         os.chmod(run_dir, 0o700)
         self.address = os.path.join(run_dir, SOCKET)
         self._key = key
-        self._listener = Listener(self.address, family="AF_UNIX")  # the key is checked per conn
+        bind, self._dir_fd = reachable(self.address)
+        self._listener = Listener(bind, family="AF_UNIX")  # the key is checked per conn
         self.accepted: "queue.Queue[Connection]" = queue.Queue()
         self.rejected = 0
         self._closed = False
@@ -112,6 +123,9 @@ class ControlServer:
             self._listener.close()
         except OSError:
             pass
+        if self._dir_fd is not None:
+            os.close(self._dir_fd)
+            self._dir_fd = None
         try:
             os.unlink(self.address)
         except FileNotFoundError:

@@ -19,7 +19,7 @@ from multiprocessing.connection import Client
 import cloudpickle
 
 from . import rankside
-from .channel import read_key
+from .channel import reachable, read_key
 from .messages import Done, Exec, Pull, Push, Ready, Run, Shutdown, StartFailed
 
 _in_user_code = False
@@ -76,7 +76,10 @@ def serve(run_dir: str, address: str) -> None:
     import torch.distributed as dist
 
     rank = int(os.environ["RANK"])
-    conn = Client(address, family="AF_UNIX", authkey=read_key(run_dir))
+    where, fd = reachable(address)
+    conn = Client(where, family="AF_UNIX", authkey=read_key(run_dir))
+    if fd is not None:
+        os.close(fd)
     signal.signal(signal.SIGINT, _on_sigint)
     try:
         device = rankside.init_process_group()

@@ -212,3 +212,14 @@ def test_bad_arguments(pool):
     with pytest.raises(dtlab.LaunchError, match="name="):
         pool.pull(3)
     assert pool.exec("rank").values == [0, 1]  # nothing was sent: the pool is as it was
+
+
+def test_a_run_folder_deeper_than_a_socket_address_holds(tmp_path, monkeypatch):
+    """A unix socket address holds 107 bytes: a pool under a deep DTLAB_RUN_ROOT (pytest-xdist's
+    tmp_path, a long $TMPDIR) failed 'AF_UNIX path too long'."""
+    deep = tmp_path / ("d" * 100) / ("e" * 60)
+    deep.mkdir(parents=True)
+    monkeypatch.setenv("DTLAB_RUN_ROOT", str(deep))
+    with dtlab.Pool(nprocs=2, backend="gloo") as p:
+        assert p.exec("rank + 1").values == [1, 2]
+    assert list(deep.iterdir()) == []
