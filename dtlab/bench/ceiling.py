@@ -13,9 +13,10 @@ Contract, three small passes over recorded evidence and one plot:
 * :func:`ceiling_lines` -- those as labelled horizontal lines; :func:`plot_ceiling` draws them
   over measured busbw (:func:`dtlab.bench.plot`).
 
-Why one direction: busbw (nccl-tests doc/PERFORMANCE.md) is the rate at which each rank's
-bytes cross its busiest link in one direction -- an all-reduce ring sends and receives at once,
-each direction carrying ``2(n-1)/n x S``. NVIDIA's "900 GB/s" for H100/H200 NVLink4 is 18 links
+Why one direction: nccl-tests' doc/PERFORMANCE.md scales busbw so that it "should reflect the
+speed of the hardware bottleneck"; it names no direction, but the traffic does -- an all-reduce
+ring sends and receives at once, each direction of each rank's link carrying ``2(n-1)/n x S``,
+so busbw is held to one direction's rate. NVIDIA's "900 GB/s" for H100/H200 NVLink4 is 18 links
 x 50 GB/s with both directions added (the H100 and H200 datasheets), so 25 GB/s per link per
 direction, 450 GB/s per GPU each way: the figure busbw can approach. nvidia-smi's 26.562 GB/s
 per link is the signalling rate, above the data rate (18 x 26.562 = 478 GB/s is no ceiling
