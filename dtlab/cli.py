@@ -1,6 +1,7 @@
 """``dtlab ...``: the library from a terminal. Each subcommand is a thin call into a module.
 
     dtlab doctor [--json] [--no-launch]     is this machine ready? (dtlab.doctor)
+    dtlab check [--level quick] [--json]    is it healthy? verdicts against its own hardware
     dtlab validate [--op OP,...] [--json]   every collective checked on live ranks (dtlab.collectives)
     dtlab nccl-log FILE... [--json]         what NCCL logged, rank by rank (dtlab.nccl_log)
     dtlab topo [FILE] [--json]              how the GPUs and NICs connect, and what it predicts (dtlab.topology)
@@ -337,6 +338,14 @@ def _course(args) -> int:
     return course_cli.run(args)
 
 
+def _check(args) -> int:
+    from .check import cli as check_cli
+
+    with arguments():
+        check_cli.check(args)
+    return check_cli.run(args)
+
+
 def _capstone(args) -> int:
     from .capstone import cli as capstone_cli
 
@@ -355,6 +364,14 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--json", action="store_true", help="machine-readable output")
     d.add_argument("--no-launch", action="store_true", help="skip the live 2-rank all_reduce")
     d.set_defaults(func=_doctor)
+    ck = sub.add_parser("check", help="is this machine healthy for distributed training? "
+                        "software, GPUs, collectives, bandwidth vs the links, the failure path "
+                        "(dtlab.check)",
+                        epilog="exit status: 0 all PASS or SKIP, 1 a WARN or FAIL, 2 bad input")
+    from .check.cli import add_arguments as add_check_arguments
+
+    add_check_arguments(ck)
+    ck.set_defaults(func=_check)
     v = sub.add_parser("validate", help="check every collective on this machine's ranks: known "
                        "values, random vs a float64 reference, odd sizes (dtlab.collectives)",
                        epilog="exit status: 0 nothing failed, 1 something failed, 2 bad input")

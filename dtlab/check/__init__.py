@@ -1,0 +1,46 @@
+"""``dtlab check``: is this machine ready for distributed training? One table, each verdict held
+to this machine's own hardware and to recorded healthy machines.
+
+``dtlab doctor`` asks whether the course can run here; ``dtlab check`` asks whether the machine
+is healthy, the way an engineer does on a new node before spending hours on it -- and, unlike
+NVIDIA's ``dcgmi diag`` (which stops at the GPU) or nccl-tests (numbers without a verdict), it
+goes up to torch.distributed: the collectives' answers, the bandwidth against the links' ceiling,
+and whether a failure is caught and diagnosed. Each row says what was measured, what was
+expected, where that expectation comes from, and what to do (the course section that explains
+it)::
+
+    $ dtlab check                 # quick: the table
+    $ dtlab check --json          # the same rows, for scripts
+    $ dtlab check --nprocs 4      # ranks (default: the GPUs, else 2 on the CPU)
+
+Verdicts: PASS, WARN (works, but not as it should: say why), FAIL (broken), SKIP (cannot be
+checked here: say why). Exit status 0 when nothing is WARN or FAIL, 1 otherwise, 2 for bad
+arguments. Checks of the quick level (:mod:`.checks`), in order:
+
+1. ``software``    -- torch, CUDA, NCCL, driver versions; every NCCL/torch-distributed variable
+                      set in the environment and what it does (multicast ones reported, never
+                      changed); a variable that slows or weakens NCCL on purpose is a WARN;
+2. ``gpus``        -- through NVML (``nvidia-ml-py``): PCIe link generation and width against
+                      their maximum, uncorrected ECC errors, pending retired pages, throttle
+                      reasons; SKIP where there is no NVML or no GPU;
+3. ``collectives`` -- :func:`dtlab.collectives.validate_all` on every op, dtype and size; a
+                      failure that is a known torch bug (:data:`.checks.KNOWN_BUGS`) is named
+                      with its upstream issue and is no fault of this machine (PASS);
+4. ``bandwidth``   -- on GPUs, a 1 GiB all_reduce's busbw against the ceiling of the links
+                      between them (NVLink: data rate x links, per direction) and the fraction
+                      healthy recorded machines reach (:data:`.checks.HEALTHY_FRACTION`); SKIP on
+                      the CPU, where gloo has no link ceiling to be held to;
+5. ``failure``     -- the failure path works: a deliberate size mismatch on every rank is caught
+                      within its bound, diagnosed as such, and leaves no process behind.
+
+Not yet here (the issue's standard and full levels): the P2P copy matrix, the topology's
+affinity and ring bottleneck, small-message latency against the recorded floor, a DDP parity
+run, and the multi-node part.
+"""
+
+from __future__ import annotations
+
+from .report import FAIL, PASS, SKIP, WARN, Report, Row
+from .checks import LEVELS, run
+
+__all__ = ["run", "Report", "Row", "PASS", "WARN", "FAIL", "SKIP", "LEVELS"]

@@ -1,0 +1,355 @@
+"""The checks of ``dtlab check`` (the package docstring lists them), each a function that returns
+one :class:`~.report.Row`, and the verdict rules they use, kept apart from the measuring so that
+tests can hold them to recorded inputs (:func:`bandwidth_verdict`, :func:`env_rows`,
+:func:`collectives_verdict`)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+
+from .report import FAIL, PASS, SKIP, WARN, Report, Row
+
+LEVELS = ("quick",)
+
+# A healthy machine's 1 GiB all_reduce busbw as a fraction of its links' ceiling (per direction):
+# 2x H200 NV18, ceiling 18 x 25 GB/s = 450 GB/s: nccl-tests 327.4 GB/s (0.73,
+# data/h200x2-nccl-tests/nt_all_reduce.txt) and dtlab 330.5 GB/s (0.73,
+# data/h200x2-dtlab-bench/bandwidth_gpu.csv), two jobs on 2026-11-26. PASS from 0.60, below the
+# healthy 0.73 by a margin for other drivers and GPUs; FAIL under 0.30 -- the same pair with
+# NCCL_P2P_DISABLE=1 (through host memory) reached 27.7 GB/s, 0.06 (data/h200x2-tuning/tuning.csv).
+HEALTHY_FRACTION = 0.73
+PASS_FRACTION, FAIL_FRACTION = 0.60, 0.30
+BANDWIDTH_BYTES = 1 << 30
+
+# Variables that make NCCL slower or weaker on purpose: set by someone debugging, then forgotten
+# (NVIDIA's NCCL environment-variable documentation, docs.nvidia.com/deeplearning/nccl/user-guide/
+# docs/env.html, says what each does).
+SLOWING = {
+    "NCCL_P2P_DISABLE": "GPU-to-GPU transfers go through host memory instead of NVLink/PCIe P2P",
+    "NCCL_SHM_DISABLE": "no shared-memory transport between processes of one node",
+    "NCCL_IB_DISABLE": "no InfiniBand/RoCE: sockets between nodes",
+    "NCCL_ALGO": "the algorithm is forced instead of chosen per call by NCCL's model",
+    "NCCL_PROTO": "the protocol is forced instead of chosen per call by NCCL's model",
+    "NCCL_MAX_NCHANNELS": "caps the channels (parallel streams of a collective)",
+    "NCCL_MIN_NCHANNELS": "forces a channel count",
+    "NCCL_NET_GDR_LEVEL": "changes when the NIC may read GPU memory directly",
+    "NCCL_P2P_LEVEL": "changes which GPU pairs may use P2P",
+    "NCCL_BUFFSIZE": "changes the per-channel buffer (default 4 MiB)",
+    "NCCL_LAUNCH_MODE": "changes how kernels of several GPUs in one process are launched",
+}
+# Reported, never changed: NVLink multicast (NVLS) on or off is the machine owner's decision
+MULTICAST = {
+    "NCCL_NVLS_ENABLE": "NVLink SHARP (multicast through the NVSwitches) for all_reduce",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "torch's symmetric memory without multicast objects",
+    "NVSHMEM_DISABLE_NVLS": "NVSHMEM without NVLink SHARP",
+}
+INFORMATIVE = {
+    "NCCL_DEBUG": "how much NCCL logs (INFO: init, transports, channels)",
+    "NCCL_DEBUG_SUBSYS": "which parts of NCCL log",
+    "NCCL_DEBUG_FILE": "where NCCL's log goes (%h host, %p pid)",
+    "NCCL_SOCKET_IFNAME": "the network interface for NCCL's bootstrap and sockets",
+    "GLOO_SOCKET_IFNAME": "the network interface gloo uses",
+    "NCCL_GRAPH_MIXING_SUPPORT": "support for graph launches beside eager calls on one communicator",
+    "TORCH_NCCL_ASYNC_ERROR_HANDLING": "what torch's watchdog does on a failed or timed-out collective",
+    "TORCH_NCCL_BLOCKING_WAIT": "wait() blocks the host until the collective ends",
+    "TORCH_DISTRIBUTED_DEBUG": "extra checks of collectives' shapes and order (DETAIL)",
+}
+
+# Failures of validate that are torch's, not the machine's: (backend, op, check) -> the issue.
+# pytorch/pytorch#192920 (open, 2026-08): gloo ignores a non-contiguous tensor's strides in
+# broadcast, scatter and reduce -- wrong values, no error (gather was fixed in #158903); torch
+# 2.13's gloo all_reduce does the same here (dtlab validate --backend gloo, 2026-11-27).
+GLOO_STRIDES = "pytorch/pytorch#192920"
+KNOWN_BUGS = {
+    ("gloo", "broadcast", "non-contiguous"): GLOO_STRIDES,
+    ("gloo", "all_reduce", "sum non-contiguous"): GLOO_STRIDES,
+}
+
+
+def _row(check: str, t0: float, verdict: str, measured: str, expected: str = "",
+         source: str = "", todo: str = "") -> Row:
+    return Row(check, verdict, measured, expected, source, todo, round(time.monotonic() - t0, 2))
+
+
+# -- 1. software -------------------------------------------------------------------------------
+
+def env_rows(env: dict[str, str]) -> tuple[str, list[str], list[str]]:
+    """(verdict, what is set and what each does, warnings) for the environment ``env``."""
+    said, warns = [], []
+    for k in sorted(env):
+        if k in SLOWING:
+            warns.append(f"{k}={env[k]}: {SLOWING[k]}")
+        elif k in MULTICAST:
+            said.append(f"{k}={env[k]}: {MULTICAST[k]} (reported, not changed)")
+        elif k in INFORMATIVE:
+            said.append(f"{k}={env[k]}: {INFORMATIVE[k]}")
+        elif k.startswith(("NCCL_", "TORCH_NCCL_")):
+            said.append(f"{k}={env[k]}: see NVIDIA's NCCL / torch's NCCL variable docs")
+    return (WARN if warns else PASS), said, warns
+
+
+def software() -> Row:
+    t0 = time.monotonic()
+    import torch
+
+    parts = [f"torch {torch.__version__}"]
+    if torch.version.cuda:
+        parts.append(f"CUDA {torch.version.cuda}")
+        try:
+            parts.append("NCCL " + ".".join(map(str, torch.cuda.nccl.version())))
+        except Exception:  # noqa: BLE001 -- a build without NCCL says so by failing
+            parts.append("no NCCL")
+        driver = _nvidia_smi(["--query-gpu=driver_version", "--format=csv,noheader"])
+        if driver:
+            parts.append(f"driver {driver.splitlines()[0].strip()}")
+    else:
+        parts.append("CPU-only build")
+    verdict, said, warns = env_rows(dict(os.environ))
+    measured = ", ".join(parts) + ("; " + "; ".join(warns + said) if warns or said else
+                                   "; no NCCL/torch-distributed variables set")
+    return _row("software", t0, verdict, measured,
+                "no variable that slows NCCL down on purpose", "NVIDIA's NCCL env-variable docs",
+                "unset it unless you mean it (section 06 measures what each does)" if warns else "")
+
+
+def _nvidia_smi(args: list[str]) -> str | None:
+    exe = shutil.which("nvidia-smi")
+    if not exe:
+        return None
+    try:
+        p = subprocess.run([exe, *args], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return p.stdout if p.returncode == 0 else None
+
+
+# -- 2. GPUs through NVML -----------------------------------------------------------------------
+
+def gpus() -> Row:
+    t0 = time.monotonic()
+    if not shutil.which("nvidia-smi") and not os.path.exists("/proc/driver/nvidia"):
+        return _row("gpus", t0, SKIP, "no NVIDIA GPU here (no driver, no nvidia-smi)")
+    try:
+        import pynvml
+    except ImportError:
+        return _row("gpus", t0, SKIP, "NVML's Python bindings are not installed",
+                    todo="pip install nvidia-ml-py (on a machine with NVIDIA GPUs)")
+    try:
+        pynvml.nvmlInit()
+    except Exception as e:  # noqa: BLE001 -- NVMLError_LibraryNotFound, DriverNotLoaded, ...
+        return _row("gpus", t0, SKIP, f"no NVIDIA driver here ({type(e).__name__})")
+    try:
+        n = pynvml.nvmlDeviceGetCount()
+        problems, seen = [], []
+        for i in range(n):
+            h = pynvml.nvmlDeviceGetHandleByIndex(i)
+            gen, width = _call(pynvml.nvmlDeviceGetCurrPcieLinkGeneration, h), \
+                _call(pynvml.nvmlDeviceGetCurrPcieLinkWidth, h)
+            mgen, mwidth = _call(pynvml.nvmlDeviceGetMaxPcieLinkGeneration, h), \
+                _call(pynvml.nvmlDeviceGetMaxPcieLinkWidth, h)
+            seen.append(f"GPU{i} PCIe gen{gen} x{width}")
+            if None not in (width, mwidth) and width < mwidth:
+                problems.append(f"GPU{i} PCIe x{width} of x{mwidth} (downtrained)")
+            ecc = _call(pynvml.nvmlDeviceGetTotalEccErrors, h, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+                        pynvml.NVML_VOLATILE_ECC)
+            if ecc:
+                problems.append(f"GPU{i} {ecc} uncorrected ECC errors since boot")
+            pending = _call(pynvml.nvmlDeviceGetRetiredPagesPendingStatus, h)
+            if pending:
+                problems.append(f"GPU{i} retired pages pending (reset the GPU)")
+            del gen, mgen
+        if not n:
+            return _row("gpus", t0, SKIP, "NVML sees no GPU")
+        return _row("gpus", t0, FAIL if any("ECC" in p for p in problems) else
+                    WARN if problems else PASS,
+                    "; ".join(problems) if problems else ", ".join(seen),
+                    "links at their maximum width, no uncorrected ECC error, no page pending",
+                    "NVML (nvidia-ml-py)",
+                    "reseat or replace the card / reset the GPU; ask the machine's owner" if problems
+                    else "")
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def _call(fn, *args):
+    try:
+        return fn(*args)
+    except Exception:  # noqa: BLE001 -- not supported on this GPU: not known, not a fault
+        return None
+
+
+# -- 3. collectives ------------------------------------------------------------------------------
+
+def collectives_verdict(failures: list[tuple[str, str, str, str]], backend: str
+                        ) -> tuple[str, list[str], list[str]]:
+    """(verdict, failures that are this machine's, known torch bugs hit) from ``(op, dtype,
+    check, detail)`` of each failed validation row. A known torch bug is no fault of the
+    machine: it is named with its upstream issue, and the verdict stays PASS."""
+    own, known = [], []
+    for op, dtype, check, detail in failures:
+        bug = KNOWN_BUGS.get((backend, op, check))
+        if bug:
+            known.append(f"{op} {check} ({bug})")
+        else:
+            own.append(f"{op} {dtype} {check}: {detail}")
+    return (FAIL if own else PASS), own, list(dict.fromkeys(known))
+
+
+def collectives(nprocs: int, backend: str) -> Row:
+    t0 = time.monotonic()
+    from ..collectives import validate_all
+
+    rep = validate_all(nprocs=nprocs, backend=backend)
+    c = rep.counts()
+    verdict, own, known = collectives_verdict(
+        [(r.op, r.dtype, r.check, r.detail) for r in rep.failures], rep.backend)
+    what = f"{c['pass']} passed, {c['fail']} failed, {c['unsupported']} unsupported"
+    if own:
+        what += "; " + "; ".join(own[:3]) + (f" (and {len(own) - 3} more)" if len(own) > 3 else "")
+    if known:
+        what += (f"; the failures are known bugs of torch's {rep.backend}, not of this machine: "
+                 + ", ".join(known))
+    return _row("collectives", t0, verdict, what,
+                "every op, dtype and size right on every rank", "dtlab validate (section 01)",
+                "run `dtlab validate --backend "
+                f"{rep.backend}` for every row; section 01 explains the checks" if own else "")
+
+
+# -- 4. bandwidth --------------------------------------------------------------------------------
+
+def bandwidth_verdict(busbw: float, ceiling: float) -> str:
+    frac = busbw / ceiling
+    return PASS if frac >= PASS_FRACTION else FAIL if frac < FAIL_FRACTION else WARN
+
+
+def link_ceiling() -> tuple[float | None, str]:
+    """The per-direction GB/s of the slowest GPU's links, and how it was found."""
+    from ..bench.ceiling import data_rate, nvlink_rates
+
+    text = _nvidia_smi(["nvlink", "-s"])
+    if text:
+        try:
+            rates = {g: sum(data_rate(r) for r in rs) for g, rs in nvlink_rates(text).items() if rs}
+        except ValueError:
+            rates = {}
+        if rates:
+            g = min(rates, key=rates.get)
+            n = len(nvlink_rates(text)[g])
+            return rates[g], f"NVLink: {n} links on GPU{g}, {rates[g]:.0f} GB/s per direction " \
+                             f"(nvidia-smi nvlink -s, data rate per link from NVIDIA's datasheets)"
+    try:
+        import pynvml
+
+        from ..topology.nccl_xml import pcie_gbps
+
+        pynvml.nvmlInit()
+        try:
+            h = pynvml.nvmlDeviceGetHandleByIndex(0)
+            gen = pynvml.nvmlDeviceGetMaxPcieLinkGeneration(h)
+            width = pynvml.nvmlDeviceGetMaxPcieLinkWidth(h)
+        finally:
+            pynvml.nvmlShutdown()
+        gt = {1: "2.5", 2: "5", 3: "8", 4: "16", 5: "32", 6: "64"}.get(gen)
+        bw = pcie_gbps(f"{gt} GT/s", width) if gt else None
+        if bw:
+            return bw, f"PCIe gen{gen} x{width}: {bw:.0f} GB/s per direction (PCI-SIG rates, NVML)"
+    except Exception:  # noqa: BLE001 -- no NVML: no ceiling known
+        pass
+    return None, ""
+
+
+def bandwidth(nprocs: int, backend: str) -> Row:
+    t0 = time.monotonic()
+    if backend != "nccl":
+        return _row("bandwidth", t0, SKIP, f"ranks on {backend} (the CPU): no GPU links to hold "
+                    "a measurement to", todo="run on a machine with 2 or more GPUs")
+    ceiling, how = link_ceiling()
+    from ..bench import sweep
+
+    df = sweep("all_reduce", BANDWIDTH_BYTES, BANDWIDTH_BYTES, nprocs=nprocs, backend="nccl",
+               iters=10, warmup=3, progress=False)
+    busbw = float(df["ip_busbw"].max())
+    if ceiling is None:
+        return _row("bandwidth", t0, SKIP, f"1 GiB all_reduce busbw {busbw:.1f} GB/s; the links' "
+                    "ceiling is unknown here (no nvidia-smi nvlink, no NVML)",
+                    todo="pip install nvidia-ml-py")
+    verdict = bandwidth_verdict(busbw, ceiling)
+    return _row("bandwidth", t0, verdict,
+                f"1 GiB all_reduce busbw {busbw:.1f} GB/s = {busbw / ceiling:.2f} of the ceiling",
+                f">= {PASS_FRACTION:.2f} of {ceiling:.0f} GB/s ({how}); healthy 2x H200 reached "
+                f"{HEALTHY_FRACTION:.2f}, with NCCL_P2P_DISABLE=1 0.06",
+                "data/h200x2-nccl-tests, data/h200x2-tuning",
+                "" if verdict == PASS else "look at the transport NCCL chose (NCCL_DEBUG=INFO: "
+                "'via P2P' or 'via SHM'), the variables above, and the topology (sections 02, 03, 06)")
+
+
+# -- 5. the failure path -------------------------------------------------------------------------
+
+FAILURE_BOUND_S = 60.0  # the reproduction's own timeout is 20 s; start-up and stacks on top
+
+
+def failure_path(nprocs: int, backend: str) -> Row:
+    t0 = time.monotonic()
+    import tempfile
+
+    import psutil
+
+    from ..hang import reproduce
+
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    shown = os.environ.get("DTLAB_OUTPUT")
+    os.environ["DTLAB_OUTPUT"] = "none"  # the planted failure's rank output is not the table's
+    try:
+        with tempfile.TemporaryDirectory(prefix="dtlab-check-") as out:
+            d = reproduce("size_mismatch", nprocs=nprocs, backend=backend, timeout=20,
+                          out=os.path.join(out, "ev"), detail=False).diagnosis
+    finally:
+        if shown is None:
+            os.environ.pop("DTLAB_OUTPUT", None)
+        else:
+            os.environ["DTLAB_OUTPUT"] = shown
+    took = time.monotonic() - t0
+    left = [p.pid for p in psutil.Process().children(recursive=True) if p.pid not in before
+            and p.status() != psutil.STATUS_ZOMBIE]
+    right = d.failure_class == "size_mismatch"
+    verdict = PASS if right and took <= FAILURE_BOUND_S and not left else FAIL
+    said = f"a planted size mismatch diagnosed as {d.failure_class} in {took:.0f} s"
+    if left:
+        said += f"; processes left behind: {left}"
+    return _row("failure", t0, verdict, said,
+                f"size_mismatch within {FAILURE_BOUND_S:.0f} s, nothing left behind",
+                "dtlab hang size_mismatch (section 07)",
+                "" if verdict == PASS else "run `dtlab hang size_mismatch` and read its evidence "
+                "(section 07); a wrong diagnosis here is a bug to report")
+
+
+# -- the level ------------------------------------------------------------------------------------
+
+def run(level: str = "quick", nprocs: int | None = None, progress: bool = False) -> Report:
+    """Every check of ``level`` on ``nprocs`` ranks (default: the GPUs if there are 2 or more,
+    else 2 ranks on gloo)."""
+    if level not in LEVELS:
+        raise ValueError(f"--level {level!r}: only {', '.join(LEVELS)} is built so far; the "
+                         f"standard and full levels are not")
+    import torch
+
+    from ..limits import whole
+
+    ngpu = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    backend = "nccl" if ngpu >= 2 else "gloo"
+    if nprocs is None:
+        nprocs = ngpu if backend == "nccl" else 2
+    nprocs = whole("nprocs", nprocs, 2, ngpu if backend == "nccl" else 64,
+                   "one rank per GPU" if backend == "nccl" else "gloo ranks on this CPU")
+    rows = []
+    for name, fn in (("software", software), ("gpus", gpus),
+                     ("collectives", lambda: collectives(nprocs, backend)),
+                     ("bandwidth", lambda: bandwidth(nprocs, backend)),
+                     ("failure", lambda: failure_path(nprocs, backend))):
+        if progress:
+            print(f"dtlab check: {name} ...", flush=True)
+        rows.append(fn())
+    return Report(rows, level=level, backend=backend, nprocs=nprocs)

@@ -1,0 +1,32 @@
+"""``dtlab check [--level quick] [--json] [--nprocs N]`` (dtlab/cli.py calls in): the table, or
+its rows as JSON; exit 0 when nothing is WARN or FAIL, 1 otherwise, 2 for bad arguments."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from .checks import LEVELS
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--level", default="quick", help=f"how much to check: {', '.join(LEVELS)} "
+                   "(default quick; standard and full are not built yet)")
+    p.add_argument("--nprocs", type=int, help="ranks (default: every GPU, else 2 on the CPU)")
+    p.add_argument("--json", action="store_true", help="the rows as JSON")
+
+
+def check(args) -> None:
+    """Refuse bad arguments before anything runs (ValueError: one line, exit 2)."""
+    if args.level not in LEVELS:
+        raise ValueError(f"--level {args.level!r}: only {', '.join(LEVELS)} is built so far")
+    if args.nprocs is not None and args.nprocs < 2:
+        raise ValueError(f"--nprocs {args.nprocs}: a check of collectives needs at least 2 ranks")
+
+
+def run(args) -> int:
+    from .checks import run as run_checks
+
+    rep = run_checks(args.level, args.nprocs, progress=not args.json)
+    print(json.dumps(rep.to_dict(), indent=1) if args.json else rep.render())
+    return rep.exit_status

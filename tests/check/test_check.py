@@ -1,0 +1,62 @@
+"""dtlab check: its verdict rules held to recorded machines (a healthy 2x H200 pair, the same
+pair with P2P off), the environment rules, known torch bugs told apart from a machine's faults,
+and the whole quick level on this CPU machine (gloo; the GPU checks SKIP and say why)."""
+
+import json
+
+import pytest
+
+from dtlab.check import FAIL, PASS, SKIP, WARN
+from dtlab.check import checks as C
+from dtlab.cli import main
+
+NV18 = 18 * 25.0  # 2x H200 NV18: the links' ceiling per direction (GB/s)
+
+
+@pytest.mark.parametrize("busbw, verdict", [
+    (327.37, PASS),   # nccl-tests 1 GiB all_reduce, data/h200x2-nccl-tests/nt_all_reduce.txt
+    (330.49, PASS),   # dtlab's, data/h200x2-dtlab-bench/bandwidth_gpu.csv
+    (27.73, FAIL),    # NCCL_P2P_DISABLE=1: through host memory, data/h200x2-tuning/tuning.csv
+    (200.0, WARN),    # in between: works, but not at the links' rate
+])
+def test_bandwidth_verdicts_against_recorded_machines(busbw, verdict):
+    assert C.bandwidth_verdict(busbw, NV18) == verdict
+
+
+def test_a_variable_that_slows_nccl_is_a_warning_and_multicast_is_reported_untouched():
+    verdict, said, warns = C.env_rows({"NCCL_P2P_DISABLE": "1", "NCCL_NVLS_ENABLE": "0",
+                                       "NCCL_DEBUG": "INFO", "PATH": "/bin"})
+    assert verdict == WARN and warns == [f"NCCL_P2P_DISABLE=1: {C.SLOWING['NCCL_P2P_DISABLE']}"]
+    assert any(s.startswith("NCCL_NVLS_ENABLE=0") and "not changed" in s for s in said)
+    assert C.env_rows({"PATH": "/bin"})[0] == PASS
+
+
+def test_a_known_torch_bug_is_named_and_a_wrong_answer_of_the_machine_fails():
+    known = [("broadcast", "float32", "non-contiguous", "rank 1, index 4: expected 144, got 154")]
+    verdict, own, bugs = C.collectives_verdict(known, "gloo")
+    assert verdict == PASS and own == [] and "pytorch/pytorch#192920" in bugs[0]
+    # the same failure on NCCL is no known bug (NCCL refuses non-contiguous tensors): the machine
+    assert C.collectives_verdict(known, "nccl")[0] == FAIL
+    wrong = [("all_reduce", "float32", "sum", "rank 0, index 3: expected 6, got 5")]
+    assert C.collectives_verdict(known + wrong, "gloo")[:2] == (FAIL, [
+        "all_reduce float32 sum: rank 0, index 3: expected 6, got 5"])
+
+
+def test_bad_arguments_are_one_line_and_exit_2(capsys):
+    assert main(["check", "--level", "full"]) == 2
+    assert main(["check", "--nprocs", "1"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2 and "only quick" in err[0] and "at least 2 ranks" in err[1]
+
+
+def test_the_quick_level_on_this_machine(capsys, no_orphans):
+    status = main(["check", "--json"])
+    rep = json.loads(capsys.readouterr().out)
+    rows = {r["check"]: r for r in rep["rows"]}
+    assert list(rows) == ["software", "gpus", "collectives", "bandwidth", "failure"]
+    assert rep["backend"] == "gloo" and rep["nprocs"] == 2
+    assert rows["gpus"]["verdict"] == SKIP and rows["gpus"]["measured"]
+    assert rows["bandwidth"]["verdict"] == SKIP and "no GPU links" in rows["bandwidth"]["measured"]
+    assert rows["failure"]["verdict"] == PASS, rows["failure"]
+    assert rows["collectives"]["verdict"] == PASS, rows["collectives"]
+    assert status == (0 if rows["software"]["verdict"] == PASS else 1)
