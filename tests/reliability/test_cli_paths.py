@@ -59,7 +59,8 @@ GRADING = Elsewhere("a grading step's path: dtlab/course/cli.py beyond report is
                     "work's, not this table's")
 # leaf subcommand -> (its argv up to the path, {option: what the path is}); {} reads no path
 SUBCOMMANDS = {
-    "doctor": ([], {}), "validate": ([], {}), "parity": ([], {}),
+    "doctor": ([], {}),
+    "check": ([], {}), "validate": ([], {}), "parity": ([], {}),
     "multinode script": ([], {}), "multinode simulate": ([], {}), "capstone train": ([], {}),
     "topo": (["topo"], {"file": Reads()}),
     "nccl-tests": (["nccl-tests"], {"files": Reads()}),
@@ -94,7 +95,7 @@ NOT_PATHS = {"--op", "--minbytes", "--maxbytes", "--datatype", "--backend", "--a
              "--channels", "--min-channels", "--p2p-disable", "--shm-disable", "--buffsize",
              "--preset", "--comm", "--bug", "--dtype", "--master", "--ifname", "--mode",
              "--fault", "--size", "--data", "--assignment", "--student", "assignments",
-             "--entry"}  # --entry: the module or script torchrun runs on the cluster's nodes
+             "--entry", "--level"}  # --entry: the module or script torchrun runs on the cluster's nodes
 
 
 def _leaves(parser, path=()):
