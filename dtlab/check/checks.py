@@ -56,6 +56,7 @@ INFORMATIVE = {
     "TORCH_NCCL_ASYNC_ERROR_HANDLING": "what torch's watchdog does on a failed or timed-out collective",
     "TORCH_NCCL_BLOCKING_WAIT": "wait() blocks the host until the collective ends",
     "TORCH_DISTRIBUTED_DEBUG": "extra checks of collectives' shapes and order (DETAIL)",
+    "NCCL_VERSION": "a label the container image sets, not an NCCL setting",
 }
 
 # Failures of validate that are torch's, not the machine's: (backend, op, check) -> the issue.
