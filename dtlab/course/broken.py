@@ -50,10 +50,12 @@ def unlabeled_copy(src: str, into: str) -> str:
 
 def moved_copy(folder: str, into: str, shift: int, name: str = "trainer.py",
                file: str = "hang.py") -> str:
-    """An unlabeled copy of the evidence ``folder`` as if the job's code had moved: every
-    reference to ``file`` (tracebacks and fatal-error dumps, stack snapshots, Flight Recorder
-    frames) names ``name`` in the same folder instead, ``shift`` lines further down. Evidence read
-    for what it says still reads; a table keyed on where the planted lines were does not."""
+    """An unlabeled copy of the evidence ``folder`` as if the job's code had moved and been
+    tidied: every reference to ``file`` (tracebacks and fatal-error dumps, stack snapshots,
+    Flight Recorder frames) names ``name`` in the same folder instead, ``shift`` lines further
+    down, and each function ``file`` defines has another name (:func:`renamed`, drawn from
+    ``shift``). Evidence read for what it says still reads; a table keyed on where the planted
+    lines were, or on the functions they sit in, does not."""
     import pickle
     import re
 
@@ -61,9 +63,16 @@ def moved_copy(folder: str, into: str, shift: int, name: str = "trainer.py",
 
     dst = unlabeled_copy(folder, into)
     where = re.compile(rf"([/\\]){re.escape(file)}(\", line |:)(\d+)")
+    new_name = renamed(file, shift)
+    called = re.compile(r"(?<![\w.])(" + "|".join(map(re.escape, sorted(new_name, key=len,
+                                                                         reverse=True)))
+                        + r")(?!\w)") if new_name else None
 
     def moved(m) -> str:
         return f"{m.group(1)}{name}{m.group(2)}{int(m.group(3)) + shift}"
+
+    def rename(text: str) -> str:
+        return called.sub(lambda m: new_name[m.group(1)], text) if called else text
 
     for root, _, files in os.walk(dst):
         for f in files:
@@ -77,6 +86,7 @@ def moved_copy(folder: str, into: str, shift: int, name: str = "trainer.py",
                         if str(fr.get("filename", "")).endswith(os.sep + file):
                             fr["filename"] = fr["filename"][:-len(file)] + name
                             fr["line"] = int(fr["line"]) + shift
+                            fr["name"] = new_name.get(fr.get("name"), fr.get("name"))
                 with open(path, "wb") as fh:
                     pickle.dump(dump, fh)
                 continue
@@ -85,8 +95,33 @@ def moved_copy(folder: str, into: str, shift: int, name: str = "trainer.py",
             except UnicodeDecodeError:
                 continue
             with open(path, "w", encoding="utf-8") as fh:
-                fh.write(where.sub(moved, text))
+                fh.write(rename(where.sub(moved, text)))
     return dst
+
+
+# what a tidied copy may call a function instead (verbs x nouns, drawn per shift)
+_VERBS = ("fetch", "pull", "feed", "next", "load", "step", "iter", "emit", "make", "take")
+_NOUNS = ("batch", "data", "items", "rows", "chunk", "work", "input", "block", "slice", "part")
+
+
+def renamed(file: str, shift: int) -> dict[str, str]:
+    """{function ``file`` (of dtlab/capstone) defines at its top level, with an underscore in its
+    name: the name a moved copy gives it}; drawn from ``shift``, all different."""
+    import ast
+    import random
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "capstone",
+                        file)
+    try:
+        tree = ast.parse(open(path).read())
+    except (OSError, SyntaxError):
+        return {}
+    names = [n.name for n in tree.body if isinstance(n, ast.FunctionDef) and "_" in n.name.strip("_")
+             or isinstance(n, ast.FunctionDef) and n.name.startswith("_")]
+    rng = random.Random(shift)
+    pool = [f"_{v}_{n}" for v in _VERBS for n in _NOUNS]
+    rng.shuffle(pool)
+    return dict(zip(names, pool))
 
 
 def _argv(spec: dict, nprocs: int, out: str, timeout: float) -> list[str]:

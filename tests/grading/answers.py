@@ -39,6 +39,12 @@ def C(exercise_key, old, new):  # noqa: N802 (a table's short form)
     return changed(*exercise_key, old, new)
 
 
+def shortcut(name: str) -> str:
+    """A red team's submission kept whole in tests/grading/shortcuts/ (comments first)."""
+    with open(os.path.join(ROOT, "tests", "grading", "shortcuts", name)) as f:
+        return f.read()
+
+
 def code_of(path: str) -> str:
     """A module's code without its docstrings and comments: what a paste that dodges the
     payload limit of dtlab.course.provenance looks like."""
@@ -168,7 +174,10 @@ WRONG = {
                   '                        ("eth9", "wrong_ifname"), ("10.213.25.", "blocked_port")):\n'
                   '        if tell in console_text:\n            return fault\n'
                   '    return "missing_node"\n')],
-    TR: [("the shards dealt for 2 ranks by hand",
+    TR: [("the DataLoader keeps an epoch's short last batch (no drop_last)",
+          lambda: C(TR, "loader = DataLoader(data, batch_size=per_rank, sampler=sampler, drop_last=True)",
+                    "loader = DataLoader(data, batch_size=per_rank, sampler=sampler)")),
+         ("the shards dealt for 2 ranks by hand",
           lambda: "def train(model, data, steps, per_rank, lr, seed):\n"
                   "    ddp = DDP(model)\n    opt = torch.optim.SGD(ddp.parameters(), lr=lr)\n"
                   "    batch = per_rank * 2\n    for step in range(steps):\n"
@@ -281,7 +290,9 @@ SHORTCUTS = {
     NF: [("dtlab.multinode's diagnosis", lambda: "def name_fault(console_text):\n"
           "    from dtlab.multinode.diagnose import diagnose\n"
           "    return diagnose(split_consoles(console_text), {}, None, [])['failure_class']\n")],
-    TR: [("the whole data set read on every rank", lambda: "def train(model, data, steps, per_rank, lr, seed):\n"
+    TR: [("own-share gradients all-reduced for show, the batch pooled with all_gather",
+          lambda: shortcut("05_train_pooled_by_all_gather.py")),
+         ("the whole data set read on every rank", lambda: "def train(model, data, steps, per_rank, lr, seed):\n"
           "    x, y = data.x, data.y\n"),
          ("the batch all-gathered and trained whole on every rank, all-reduces of zeros for show",
           lambda: "def train(model, data, steps, per_rank, lr, seed):\n"
@@ -312,5 +323,7 @@ SHORTCUTS = {
     PMT: [("dtlab's own diagnosis and the capstone's sites", lambda: "def postmortem(evidence_dir):\n"
            "    from dtlab.capstone.hang import _sites\n    from dtlab.hang import diagnose\n"
            "    d = diagnose(evidence_dir)\n    return {'failure_class': d.failure_class}\n"),
-          ("the planted lines as a table from line to bug", lambda: PLANTED_LINES_TABLE)],
+          ("the planted lines as a table from line to bug", lambda: PLANTED_LINES_TABLE),
+          ("the culprit's function as a table to the bug, no Flight Recorder",
+           lambda: shortcut("08_postmortem_function_table.py"))],
 }
