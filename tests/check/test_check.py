@@ -60,3 +60,18 @@ def test_the_quick_level_on_this_machine(capsys, no_orphans):
     assert rows["failure"]["verdict"] == PASS, rows["failure"]
     assert rows["collectives"]["verdict"] == PASS, rows["collectives"]
     assert status == (0 if rows["software"]["verdict"] == PASS else 1)
+
+
+def test_a_check_that_cannot_run_is_a_failure_saying_why(monkeypatch):
+    """A launch that fails (NCCL cannot initialise, a rank dies) is the machine's finding: a
+    FAIL row with the error's first line, and the other checks still run."""
+    def broken(nprocs, backend):
+        raise RuntimeError("NCCL error: unhandled system error\nmore lines")
+
+    for name in ("collectives", "failure_path"):
+        monkeypatch.setattr(C, name, broken)
+    rep = C.run("quick")
+    rows = {r.check: r for r in rep.rows}
+    assert rows["collectives"].verdict == FAIL and rows["failure"].verdict == FAIL
+    assert rows["collectives"].measured == "could not run: RuntimeError: NCCL error: unhandled system error"
+    assert rows["software"].verdict in (PASS, WARN) and rep.exit_status == 1
