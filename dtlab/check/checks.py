@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import time
 
+from ..topology.live import nvidia_smi
 from .report import FAIL, PASS, SKIP, WARN, Report, Row
 
 LEVELS = ("quick",)
@@ -103,7 +103,7 @@ def software() -> Row:
             parts.append("NCCL " + ".".join(map(str, torch.cuda.nccl.version())))
         except Exception:  # noqa: BLE001 -- a build without NCCL says so by failing
             parts.append("no NCCL")
-        driver = _nvidia_smi(["--query-gpu=driver_version", "--format=csv,noheader"])
+        driver = nvidia_smi("--query-gpu=driver_version", "--format=csv,noheader")
         if driver:
             parts.append(f"driver {driver.splitlines()[0].strip()}")
     else:
@@ -114,17 +114,6 @@ def software() -> Row:
     return _row("software", t0, verdict, measured,
                 "no variable that slows NCCL down on purpose", "NVIDIA's NCCL env-variable docs",
                 "unset it unless you mean it (section 06 measures what each does)" if warns else "")
-
-
-def _nvidia_smi(args: list[str]) -> str | None:
-    exe = shutil.which("nvidia-smi")
-    if not exe:
-        return None
-    try:
-        p = subprocess.run([exe, *args], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return p.stdout if p.returncode == 0 else None
 
 
 # -- 2. GPUs through NVML -----------------------------------------------------------------------
@@ -229,21 +218,22 @@ def link_ceiling() -> tuple[float | None, str]:
     """The per-direction GB/s of the slowest GPU's links, and how it was found."""
     from ..bench.ceiling import data_rate, nvlink_rates
 
-    text = _nvidia_smi(["nvlink", "-s"])
+    text = nvidia_smi("nvlink", "-s")
     if text:
         try:
-            rates = {g: sum(data_rate(r) for r in rs) for g, rs in nvlink_rates(text).items() if rs}
+            links = {g: rs for g, rs in nvlink_rates(text).items() if rs}
         except ValueError:
-            rates = {}
-        if rates:
+            links = {}
+        if links:
+            rates = {g: sum(data_rate(r) for r in rs) for g, rs in links.items()}
             g = min(rates, key=rates.get)
-            n = len(nvlink_rates(text)[g])
-            return rates[g], f"NVLink: {n} links on GPU{g}, {rates[g]:.0f} GB/s per direction " \
-                             f"(nvidia-smi nvlink -s, data rate per link from NVIDIA's datasheets)"
+            return rates[g], f"NVLink: {len(links[g])} links on GPU{g}, {rates[g]:.0f} GB/s per " \
+                             f"direction (nvidia-smi nvlink -s, data rate per link from NVIDIA's " \
+                             f"datasheets)"
     try:
         import pynvml
 
-        from ..topology.nccl_xml import pcie_gbps
+        from ..topology.nccl_xml import PCIE_GEN, pcie_gbps
 
         pynvml.nvmlInit()
         try:
@@ -252,7 +242,7 @@ def link_ceiling() -> tuple[float | None, str]:
             width = pynvml.nvmlDeviceGetMaxPcieLinkWidth(h)
         finally:
             pynvml.nvmlShutdown()
-        gt = {1: "2.5", 2: "5", 3: "8", 4: "16", 5: "32", 6: "64"}.get(gen)
+        gt = next((rate for rate, g in PCIE_GEN.items() if g == gen), None)
         bw = pcie_gbps(f"{gt} GT/s", width) if gt else None
         if bw:
             return bw, f"PCIe gen{gen} x{width}: {bw:.0f} GB/s per direction (PCI-SIG rates, NVML)"

@@ -33,13 +33,7 @@ def console(text: str, rng: random.Random) -> str:
     port_of = dict(zip(ports, map(str, fresh)))
     text = _PORT.sub(lambda m: m.group("pre") + port_of[m.group("port")], text)
 
-    ips = [ip for ip in dict.fromkeys(re.findall(_IP, text)) if ip not in _KEEP_IPS]
-    new_ips: dict[str, str] = {}
-    while len(new_ips) < len(ips):
-        cand = f"10.{rng.randint(0, 255)}.{rng.randint(0, 255)}.{rng.randint(1, 254)}"
-        if cand not in new_ips.values() and cand not in ips:
-            new_ips[ips[len(new_ips)]] = cand
-    text = re.sub(_IP, lambda m: new_ips.get(m.group(0), m.group(0)), text)
+    text = _rename_ips(text, rng)
 
     hosts = list(dict.fromkeys(_HOST.findall(text)))
     prefix = rng.choice(("node", "gpu", "host", "worker", "trn"))
@@ -87,7 +81,16 @@ def nccl_log(text: str, rng: random.Random) -> str:
     ports = dict.fromkeys(m.group("port") for m in _NCCL_PORT.finditer(text))
     port_of = dict(zip(ports, map(str, rng.sample(range(1024, 65000), len(ports)))))
     text = _NCCL_PORT.sub(lambda m: f"{m.group('pre')}{port_of[m.group('port')]}>", text)
+    return _rename_ips(text, rng)
+
+
+def _rename_ips(text: str, rng: random.Random) -> str:
+    """Each distinct IPv4 address (but 0.0.0.0 and 127.0.0.1) replaced by a distinct random
+    10.x.y.z that is none of the old ones, wherever it occurs."""
     ips = [ip for ip in dict.fromkeys(re.findall(_IP, text)) if ip not in _KEEP_IPS]
-    new_ips = {ip: f"10.{rng.randint(0, 255)}.{rng.randint(0, 255)}.{i + 1}"
-               for i, ip in enumerate(ips)}
+    new_ips: dict[str, str] = {}
+    while len(new_ips) < len(ips):
+        cand = f"10.{rng.randint(0, 255)}.{rng.randint(0, 255)}.{rng.randint(1, 254)}"
+        if cand not in new_ips.values() and cand not in ips:
+            new_ips[ips[len(new_ips)]] = cand
     return re.sub(_IP, lambda m: new_ips.get(m.group(0), m.group(0)), text)

@@ -10,16 +10,21 @@ import shutil
 import subprocess
 
 
-def nvidia_smi_topo() -> str | None:
-    """``nvidia-smi topo -m`` output, or None without nvidia-smi (or when it fails)."""
+def nvidia_smi(*args: str, timeout: float = 20) -> str | None:
+    """``nvidia-smi ARGS`` output, or None without nvidia-smi (or when it fails)."""
     exe = shutil.which("nvidia-smi")
     if not exe:
         return None
     try:
-        p = subprocess.run([exe, "topo", "-m"], capture_output=True, text=True, timeout=20)
+        p = subprocess.run([exe, *args], capture_output=True, text=True, timeout=timeout)
     except (subprocess.TimeoutExpired, OSError):
         return None
     return p.stdout if p.returncode == 0 else None
+
+
+def nvidia_smi_topo() -> str | None:
+    """``nvidia-smi topo -m`` output, or None without nvidia-smi (or when it fails)."""
+    return nvidia_smi("topo", "-m")
 
 
 def _call(fn, *args):

@@ -49,10 +49,13 @@ def pcie_gbps(link_speed: str | None, link_width: str | int | None) -> float | N
     return gt * coding / 8 * int(link_width)
 
 
+PCIE_GEN = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6}  # GT/s per lane -> generation
+
+
 def pcie_gen(link_speed: str | None) -> int | None:
     """'16.0 GT/s PCIe' -> 4."""
     m = re.match(r"\s*([\d.]+)\s*GT/s", link_speed or "")
-    return {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6}.get(float(m.group(1))) if m else None
+    return PCIE_GEN.get(float(m.group(1))) if m else None
 
 
 def _path_kind(a: tuple[int, list[str]], b: tuple[int, list[str]]) -> str:
