@@ -24,12 +24,14 @@ def _descendants():
 
 
 def _zygotes() -> set[int]:
-    """The shared zygotes (dtlab.runtime.zygote) live as long as this process, by design; what
-    they fork does not."""
+    """The shared zygotes (dtlab.runtime.zygote: the grader's, and the ranks' of
+    dtlab.runtime.procs) live as long as this process, by design; what they fork does not."""
     import sys
 
-    z = sys.modules.get("dtlab.runtime.zygote")
-    return {x.proc.pid for x in z.Zygote._shared.values()} if z is not None else set()
+    z, procs = sys.modules.get("dtlab.runtime.zygote"), sys.modules.get("dtlab.runtime.procs")
+    shared = list(z.Zygote._shared.values()) if z is not None else []
+    shared += list(procs._ZYGOTES.values()) if procs is not None else []
+    return {x.proc.pid for x in shared}
 
 
 def assert_no_descendants(timeout: float = 5.0, ignore=()):

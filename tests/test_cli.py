@@ -144,7 +144,8 @@ def test_ctrl_c_is_one_line_exit_130_and_leaves_nothing(tmp_path, no_orphans):
     try:
         def ranks_up():
             try:
-                return any("dtlab.runtime.worker" in " ".join(c.cmdline())
+                return any("dtlab.runtime.worker" in " ".join(c.cmdline())  # cold, or warm:
+                           or c.name().startswith("dtlab-rank")
                            for c in psutil.Process(proc.pid).children(recursive=True))
             except psutil.Error:
                 return False

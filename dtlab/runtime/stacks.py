@@ -153,8 +153,9 @@ def parse_threads(text: str) -> list[list[tuple[str, str, int]]]:
 def main_thread(text: str) -> list[tuple[str, str, int]]:
     """The frames of the thread that runs the rank's work (the one under dtlab's worker main)."""
     threads = parse_threads(text)
-    for frames in threads:  # the thread that entered the worker module as a script
-        if any(fn == "<module>" and "dtlab/runtime/worker" in f for fn, f, _ in frames):
+    for frames in threads:  # the thread that runs the worker module (as a script, or forked)
+        if any(fn in ("<module>", "forked") and "dtlab/runtime/worker" in f
+               for fn, f, _ in frames):
             return frames
     for line, frames in zip([ln for ln in text.splitlines() if _THREAD.match(ln)], threads):
         if "MainThread" in line:

@@ -173,7 +173,8 @@ def _child(req: dict, fds: list[int], sock: socket.socket) -> None:
             os.dup2(fd, target)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         os.setsid()
-        _die_with_parent()
+        if req.get("die_with_parent", True):
+            _die_with_parent()
         for path in req.get("cgroup") or []:
             with open(path, "w") as f:
                 f.write(str(os.getpid()))
@@ -228,17 +229,25 @@ def main() -> None:
     config = json.loads(sys.stdin.readline())
     import importlib
 
+    sys.path[:0] = config.get("path", [])
     for name in config.get("preload", []):
         try:
             importlib.import_module(name)
         except ImportError:
             pass  # not installed: the fork finds it absent too
     sock = socket.socket(fileno=int(sys.argv[1]))
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():  # a fork could not use CUDA
+        sock.send(json.dumps({"error": "CUDA was initialised while importing the preload"}).encode())
+        return
     children: set[int] = set()
+    parent = os.getppid()
     sock.send(json.dumps({"ready": os.getpid()}).encode())
     while True:
         ready, _, _ = select.select([sock], [], [], 0.05)
         _reap(children, sock)
+        if os.getppid() != parent:
+            return  # the parent died, though a process it forked may hold the socket open
         if not ready:
             continue
         try:
@@ -319,7 +328,12 @@ class Zygote:
     _shared: dict[tuple, "Zygote"] = {}
     _lock = threading.Lock()
 
-    def __init__(self, preload: list[str], env: dict[str, str] | None = None):
+    def __init__(self, preload: list[str], env: dict[str, str] | None = None, *,
+                 full_env: dict[str, str] | None = None, cwd: str | None = None):
+        """A zygote that imported ``preload``. By default it is the grader's: ``python -I``
+        (no user site, no PYTHON* variables), :data:`ENV` plus ``env``, no cwd on its path.
+        With ``full_env`` it is started as a plain interpreter in that environment, ``cwd``
+        first on its path -- what ``python -m`` there would be (:mod:`.procs`' warm ranks)."""
         import subprocess
 
         for name in preload:
@@ -327,21 +341,27 @@ class Zygote:
                 raise ValueError(f"a zygote preloads no dtlab module ({name}): a fork imports "
                                  f"dtlab from its own world")
         self.preload = list(preload)
+        self.owner = os.getpid()
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        # python -I: no user site, no PYTHON* variables
-        self.proc = subprocess.Popen(
-            [sys.executable, "-I", os.path.abspath(__file__), str(child.fileno())],
-            stdin=subprocess.PIPE, pass_fds=(child.fileno(),), close_fds=True,
-            start_new_session=True,
-            env={**ENV, **(env or {}), "PATH": os.environ.get("PATH", "/usr/bin:/bin")})
+        if full_env is None:
+            argv = [sys.executable, "-I", os.path.abspath(__file__), str(child.fileno())]
+            env = {**ENV, **(env or {}), "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+        else:
+            argv, env = [sys.executable, os.path.abspath(__file__), str(child.fileno())], full_env
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, pass_fds=(child.fileno(),),
+                                     close_fds=True, start_new_session=True, env=env, cwd=cwd)
+        self.pid = self.proc.pid
         child.close()
         self.sock = parent
-        self.proc.stdin.write((json.dumps({"preload": preload}) + "\n").encode())
+        config = {"preload": preload, "path": [cwd] if cwd else []}
+        self.proc.stdin.write((json.dumps(config) + "\n").encode())
         self.proc.stdin.close()
         hello = self.sock.recv(MAX_MSG)
-        if not hello:
+        if not hello or "ready" not in json.loads(hello):
+            self.sock.close()
             self.proc.wait()
-            raise RuntimeError(f"the zygote exited ({self.proc.returncode}) before it was ready")
+            why = json.loads(hello).get("error") if hello else f"it exited ({self.proc.returncode})"
+            raise RuntimeError(f"the zygote did not start: {why}")
         self._forks: dict[int, Forked] = {}
         self._pending: list = []
         self._send_lock = threading.Lock()
@@ -372,16 +392,25 @@ class Zygote:
             cls._shared.clear()
 
     def alive(self) -> bool:
-        return not self._closed and self.proc.poll() is None
+        """Running, and this process's own (a fork of its owner shares the socket: not)."""
+        return not self._closed and self.proc.poll() is None and os.getpid() == self.owner
+
+    def busy(self) -> bool:
+        """Some process it forked still runs."""
+        with self._cv:
+            return bool(self._forks)
 
     def spawn(self, main: str, args: list[str], *, env: dict[str, str], cwd: str,
               path: list[str] = (), holder: int | None = None, cgroup: list[str] | None = None,
               rlimits: dict | None = None, stdin: bool = False,
-              separate_stderr: bool = False) -> Forked:
+              separate_stderr: bool = False, files: tuple[str, str] | None = None,
+              die_with_parent: bool = True) -> Forked:
         """Fork a process that runs ``main`` (``"module:function"``) with ``args``, ``path``
         first on its ``sys.path``. Its stdout
         is the handle's ``stdout`` (a pipe), with stderr in it unless ``separate_stderr`` (then
-        ``stderr``); ``stdin``: a pipe to write to (``stdin``), else /dev/null."""
+        ``stderr``); ``files``: stdout and stderr go to these files instead (created or
+        truncated); ``stdin``: a pipe to write to (``stdin``), else /dev/null.
+        ``die_with_parent``: SIGKILL when the zygote dies (else the fork watches for itself)."""
         ours, theirs = [], []
         try:
             if stdin:
@@ -390,15 +419,19 @@ class Zygote:
                 theirs.append(r)
             else:
                 theirs.append(os.open(os.devnull, os.O_RDONLY))
-            r, w = os.pipe()
-            ours.append(("stdout", r, "rb"))
-            theirs += [w, w]
-            if separate_stderr:
+            if files:
+                theirs += [os.open(f, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                           for f in files]
+            else:
+                r, w = os.pipe()
+                ours.append(("stdout", r, "rb"))
+                theirs += [w, w]
+            if separate_stderr and not files:
                 r, w = os.pipe()
                 ours.append(("stderr", r, "rb"))
                 theirs[2] = w
             req = {"main": main, "args": list(args), "env": env, "cwd": cwd, "path": list(path),
-                   "holder": holder,
+                   "holder": holder, "die_with_parent": die_with_parent,
                    "cgroup": list(cgroup or []), "rlimits": rlimits or {}}
             with self._send_lock:
                 socket.send_fds(self.sock, [json.dumps(req).encode()], theirs)
@@ -460,6 +493,9 @@ class Zygote:
 
     def close(self) -> None:
         self._closed = True
+        if os.getpid() != self.owner:  # a fork of the owner: its zygote is not ours to end
+            self.sock.close()
+            return
         try:
             self.sock.shutdown(socket.SHUT_RDWR)
         except OSError:

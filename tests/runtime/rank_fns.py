@@ -56,6 +56,7 @@ def exit_on(bad_rank, code):
 
 
 def signal_on(bad_rank, sig):
+    dist.barrier()  # every rank is in fn (not still joining the group) when one dies
     if dist.get_rank() == bad_rank:
         os.kill(os.getpid(), sig)
     time.sleep(60)

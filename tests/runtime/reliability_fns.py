@@ -30,6 +30,7 @@ def leave_early(leaver: int):
 
 
 def sys_exit_on(codes: dict):
+    dist.barrier()  # every rank is in fn when the first leaves: none is stopped while joining
     if dist.get_rank() in codes:
         sys.exit(codes[dist.get_rank()])
     return dist.get_rank()

@@ -85,24 +85,43 @@ def test_ranks_die_with_their_parent(tmp_path):
     assert all(pid_gone(p, 10.0) for p in pids), "ranks outlived their parent"
 
 
+@pytest.mark.parametrize("start", ["warm", "cold"])
 @pytest.mark.parametrize("entry", ["Pool", "run"])
 def test_ctrl_c_while_ranks_start_raises_keyboard_interrupt_and_leaves_nothing(
-        entry, tmp_path, monkeypatch, sigint_raises):
+        entry, start, tmp_path, monkeypatch, sigint_raises):
     """Ctrl-C after the first rank started and before the next: torchrun's own handler used to
-    take it (SignalException, not KeyboardInterrupt) and drop the first rank's handle."""
-    handler = pytest.importorskip(
-        "torch.distributed.elastic.multiprocessing.subprocess_handler.subprocess_handler")
-    popen, started = handler.SubprocessHandler._popen, []
+    take it (SignalException, not KeyboardInterrupt) and drop the first rank's handle; a warm
+    start must not lose a forked rank either."""
+    started = []
+    if start == "cold":
+        handler = pytest.importorskip(
+            "torch.distributed.elastic.multiprocessing.subprocess_handler.subprocess_handler")
+        popen = handler.SubprocessHandler._popen
 
-    def tracked_popen(self, args, env):
-        if started:
-            os.kill(os.getpid(), signal.SIGINT)
-            time.sleep(0.2)
-        proc = popen(self, args, env)
-        started.append(proc.pid)
-        return proc
+        def tracked_popen(self, args, env):
+            if started:
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.2)
+            proc = popen(self, args, env)
+            started.append(proc.pid)
+            return proc
 
-    monkeypatch.setattr(handler.SubprocessHandler, "_popen", tracked_popen)
+        monkeypatch.setenv("DTLAB_WARM_START", "0")
+        monkeypatch.setattr(handler.SubprocessHandler, "_popen", tracked_popen)
+    else:
+        from dtlab.runtime.zygote import Zygote
+
+        spawn = Zygote.spawn
+
+        def tracked_spawn(self, *args, **kwargs):
+            if started:
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.2)
+            proc = spawn(self, *args, **kwargs)
+            started.append(proc.pid)
+            return proc
+
+        monkeypatch.setattr(Zygote, "spawn", tracked_spawn)
     monkeypatch.setenv("DTLAB_RUN_ROOT", str(tmp_path))
     before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     with pytest.raises(KeyboardInterrupt):
