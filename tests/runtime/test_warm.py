@@ -1,0 +1,83 @@
+"""Warm starts (ranks forked from a zygote, dtlab.runtime.procs) against cold ones (fresh
+interpreters through torch elastic): a rank must not be able to tell them apart."""
+
+import os
+import signal
+import sys
+
+import pytest
+
+import dtlab
+from dtlab.runtime import procs
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="warm starts: Linux")
+
+RUN_SPECIFIC = ("DTLAB_PARENT_PID", "TORCHELASTIC_ERROR_FILE", "DTLAB_FR_DIR", "MASTER_PORT",
+                "DTLAB_WARM_START")
+
+
+def rank_view():
+    import signal as sg
+
+    import torch
+    import torch.distributed as dist
+
+    return {"path": list(sys.path), "cwd": os.getcwd(), "flags": list(sys.flags),
+            "env": {k: v for k, v in os.environ.items() if k not in RUN_SPECIFIC},
+            "threads": torch.get_num_threads(), "debug": str(dist.get_debug_level()),
+            "write_through": sys.stdout.write_through, "argv0": os.path.basename(sys.argv[0]),
+            "main": sys.modules["__main__"].__name__, "cuda": torch.cuda.is_initialized(),
+            "signals": [str(sg.getsignal(s)) for s in (sg.SIGINT, sg.SIGTERM, sg.SIGHUP,
+                                                        sg.SIGPIPE, sg.SIGCHLD)],
+            "session_leader": os.getsid(0) == os.getpgid(0)}
+
+
+def test_a_warm_rank_sees_what_a_cold_one_does(monkeypatch, no_orphans):
+    """Path, working folder, interpreter flags, environment, thread count, the
+    TORCH_DISTRIBUTED_DEBUG level torch reads at import, stdio buffering, signal handlers."""
+    monkeypatch.setenv("TORCH_DISTRIBUTED_DEBUG", "DETAIL")
+    seen = {}
+    for mode in ("1", "0"):
+        monkeypatch.setenv("DTLAB_WARM_START", mode)
+        seen[mode] = dtlab.run(rank_view, nprocs=2, backend="gloo").values
+    assert seen["1"] == seen["0"]
+    assert seen["1"][0]["debug"].endswith("DETAIL") and seen["1"][0]["threads"] == int(
+        seen["1"][0]["env"]["OMP_NUM_THREADS"])
+
+
+def test_a_start_up_variable_gets_a_zygote_of_its_own(no_orphans):
+    """PYTHON* variables are read as an interpreter starts: a fork of a zygote started without
+    them would not have them take effect."""
+    flag = dtlab.run(lambda: sys.flags.dont_write_bytecode, nprocs=1, backend="gloo",
+                     env={"PYTHONDONTWRITEBYTECODE": "1"}).values
+    plain = dtlab.run(lambda: sys.flags.dont_write_bytecode, nprocs=1, backend="gloo").values
+    assert flag == [1] and plain == [int(sys.flags.dont_write_bytecode)]
+
+
+def stuck():
+    import time
+
+    time.sleep(120)
+
+
+def test_a_dead_zygote_ends_its_ranks_not_the_launch(no_orphans):
+    """The zygote killed under running ranks: each guard sees its parent go and ends its rank;
+    the launch reports the failure (no hang), and the next launch starts a new zygote."""
+    import threading
+
+    def kill_zygote():
+        import time
+
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            busy = [z for z in procs._ZYGOTES.values() if z.busy()]
+            if busy:
+                time.sleep(1.0)
+                os.kill(busy[0].pid, signal.SIGKILL)
+                return
+            time.sleep(0.05)
+
+    threading.Thread(target=kill_zygote, daemon=True).start()
+    with pytest.raises(dtlab.RankError):
+        dtlab.run(stuck, nprocs=2, backend="gloo", timeout=60)
+    assert dtlab.run(lambda: 7, nprocs=2, backend="gloo").values == [7, 7]
