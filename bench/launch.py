@@ -1,9 +1,12 @@
 """Launch overhead: ``dtlab.run`` vs ``torchrun --standalone`` doing the same trivial all_reduce.
 
-Three contenders, interleaved round-robin so machine noise hits all of them alike:
+Four contenders, interleaved round-robin so machine noise hits all of them alike:
 
 * ``dtlab.run (warm)``  -- the call from a live interpreter that has already imported torch,
-  as from a notebook cell (what a learner waits for);
+  as from a notebook cell (what a learner waits for); its ranks are forked from the rank zygote
+  (``dtlab.runtime.procs``);
+* ``dtlab.run (warm, no zygote)`` -- the same with ``DTLAB_RANK_ZYGOTE=0``: each rank a fresh
+  interpreter that imports torch itself, as before the zygote;
 * ``dtlab.run (cold)``  -- ``python -c "import dtlab; dtlab.run(...)"``: interpreter start included,
   the like-for-like comparison with a command;
 * ``torchrun``          -- ``python -m torch.distributed.run --standalone --nproc_per_node=N s.py``.
@@ -91,7 +94,15 @@ def main() -> None:
                 raise SystemExit(f"{argv[:4]} failed:\n{p.stdout}\n{p.stderr}")
         return go
 
-    contenders = {"dtlab.run (warm)": warm_call, "dtlab.run (cold)": command(cold),
+    def no_zygote_call():
+        os.environ["DTLAB_RANK_ZYGOTE"] = "0"
+        try:
+            warm_call()
+        finally:
+            del os.environ["DTLAB_RANK_ZYGOTE"]
+
+    contenders = {"dtlab.run (warm)": warm_call, "dtlab.run (warm, no zygote)": no_zygote_call,
+                  "dtlab.run (cold)": command(cold),
                   "torchrun --standalone": command(torchrun)}
     times: dict[str, list[float]] = {k: [] for k in contenders}
     for name, go in contenders.items():  # one untimed round each: disk caches, bytecode

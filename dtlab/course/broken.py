@@ -49,12 +49,13 @@ def unlabeled_copy(src: str, into: str) -> str:
 
 
 def moved_copy(folder: str, into: str, shift: int, name: str = "trainer.py",
-               file: str = "hang.py") -> str:
-    """An unlabeled copy of the evidence ``folder`` as if the job's code had moved and been
-    tidied: every reference to ``file`` (tracebacks and fatal-error dumps, stack snapshots,
-    Flight Recorder frames) names ``name`` in the same folder instead, ``shift`` lines further
-    down, and each function ``file`` defines has another name (:func:`renamed`, drawn from
-    ``shift``). Evidence read for what it says still reads; a table keyed on where the planted
+               file: str = "hang.py", package: str = "capstone") -> str:
+    """An unlabeled copy of the evidence ``folder`` as if the job's code (``file`` of
+    ``dtlab/<package>``) had moved and been tidied: every reference to ``file`` (tracebacks and
+    fatal-error dumps, stack snapshots, Flight Recorder frames) names ``name`` in the same folder
+    instead, ``shift`` lines further down, each function ``file`` defines has another name
+    (:func:`renamed`, drawn from ``shift``), and the ``# <- the bug`` marks that tracebacks quote
+    are gone. Evidence read for what it says still reads; a table keyed on where the planted
     lines were, or on the functions they sit in, does not."""
     import pickle
     import re
@@ -63,7 +64,8 @@ def moved_copy(folder: str, into: str, shift: int, name: str = "trainer.py",
 
     dst = unlabeled_copy(folder, into)
     where = re.compile(rf"([/\\]){re.escape(file)}(\", line |:)(\d+)")
-    new_name = renamed(file, shift)
+    new_name = renamed(file, shift, package)
+    mark = re.compile(r"[ \t]*# <- the bug[^\n]*")
     called = re.compile(r"(?<![\w.])(" + "|".join(map(re.escape, sorted(new_name, key=len,
                                                                          reverse=True)))
                         + r")(?!\w)") if new_name else None
@@ -95,7 +97,7 @@ def moved_copy(folder: str, into: str, shift: int, name: str = "trainer.py",
             except UnicodeDecodeError:
                 continue
             with open(path, "w", encoding="utf-8") as fh:
-                fh.write(rename(where.sub(moved, text)))
+                fh.write(mark.sub("", rename(where.sub(moved, text))))
     return dst
 
 
@@ -104,13 +106,13 @@ _VERBS = ("fetch", "pull", "feed", "next", "load", "step", "iter", "emit", "make
 _NOUNS = ("batch", "data", "items", "rows", "chunk", "work", "input", "block", "slice", "part")
 
 
-def renamed(file: str, shift: int) -> dict[str, str]:
-    """{function ``file`` (of dtlab/capstone) defines at its top level, with an underscore in its
-    name: the name a moved copy gives it}; drawn from ``shift``, all different."""
+def renamed(file: str, shift: int, package: str = "capstone") -> dict[str, str]:
+    """{function ``file`` (of dtlab/<package>) defines at its top level, with an underscore in
+    its name: the name a moved copy gives it}; drawn from ``shift``, all different."""
     import ast
     import random
 
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "capstone",
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), package,
                         file)
     try:
         tree = ast.parse(open(path).read())

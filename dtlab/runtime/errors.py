@@ -166,7 +166,7 @@ class HangError(_ShortTraceback, TimeoutError):
         live = sorted(self.stacks)
         if self.phase == "start":
             head = (f"{where}: rank(s) {', '.join(map(str, self.late))} did not reach fn within "
-                    f"start_timeout={self.timeout:g} s of launch (start-up: a fresh interpreter, "
+                    f"start_timeout={self.timeout:g} s of launch (start-up: the rank's process, "
                     f"imports, joining the process group)")
         else:
             head = (f"{where}: timed out after {self.timeout:g} s with rank(s) "

@@ -5,18 +5,19 @@ started stays in its tree, one in a session of its own included, and a rank that
 them. A rank that dies at once -- SIGKILL, ``os._exit(3)``, a segfault -- ends nothing, and its
 orphans went to init, out of every tree dtlab looks at (a child in a session of its own
 survived 1-2 of 2 such runs: only what the reaper had seen in its last look was killed). So the
-process torch elastic starts forks first, before torch is imported; the child is the rank and
-the parent stays behind as its guard, a subreaper too, to which those orphans come::
+process that :mod:`.procs` starts for the rank (a fresh interpreter, or the rank zygote's fork)
+forks first, before it runs anything of the rank's; the child is the rank and the parent stays
+behind as its guard, a subreaper too, to which those orphans come::
 
-    launcher ──Popen──► guard     session and group leader; the pid of the launcher's handle
-                          └─fork─► rank    RANK's work; its pid is in RUN_DIR/pid-<RANK>
-                                     └─► whatever it starts (orphans come to the guard)
+    launcher ──Popen or zygote fork──► guard   session and group leader, the launcher's handle
+                                         └─fork─► rank   RANK's work; its pid in RUN_DIR/pid-<RANK>
+                                                   └─► whatever it starts (orphans: the guard's)
 
 When the rank exits, however it exits, the guard ends every process left below it (SIGTERM,
 SIGKILL after 0.5 s) and exits with the rank's status -- dying of the same signal when the rank
-did -- so the launcher sees the rank's exit as before. If the launcher dies, the guard ends
-everything at once (the reaper does too). Linux only (subreapers are); elsewhere the process
-torch starts is the rank.
+did -- so the launcher sees the rank's exit as before. If its parent dies (the launcher, or the
+zygote it forked from), the guard ends everything at once (the reaper does too). Linux only
+(subreapers are); elsewhere the process started is the rank.
 """
 
 from __future__ import annotations

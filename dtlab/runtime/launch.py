@@ -48,7 +48,7 @@ def run(fn, *args, nprocs: int | None = None, backend: str = "auto", timeout: fl
     [21, 21]
 
     ``timeout`` bounds ``fn`` itself: it counts from the moment every rank is inside ``fn``, so
-    a slow ``import torch`` on a busy machine never eats into it. Start-up (a fresh interpreter,
+    a slow ``import torch`` on a busy machine never eats into it. Start-up (the rank's process,
     imports, joining the process group) has its own bound, ``start_timeout``.
 
     Raises :class:`dtlab.RankError` if any rank fails (every failing rank's traceback, root cause

@@ -5,14 +5,15 @@ with fd 1 and 2 in per-rank log files and ``TORCHELASTIC_ERROR_FILE`` for struct
 never a fork of the caller, so a kernel that already initialized CUDA is fine. Two ways to get
 there, with the same result:
 
-* **warm** (Linux, the default): forked from this process's rank zygote
+* **forked** (Linux, the default) from this process's rank zygote
   (:class:`.zygote.Zygote`), a fresh interpreter started once, in this process's environment and
   working directory, that has imported torch and nothing of dtlab and never touches CUDA. A fork
   costs ~0.1 s of CPU where a fresh ``import torch`` costs seconds (3.3 CPU-s on the 2-core test
   machine), for each rank of each launch. What a fresh interpreter would read as it starts (the
   ``PYTHON*``, ``LD_*`` variables: :data:`AT_START`) is the zygote's: a launch whose ranks set one
-  differently gets a zygote of its own. ``DTLAB_WARM_START=0`` turns it off.
-* **cold**: torch elastic's ``start_processes``, the machinery under ``torchrun``.
+  differently gets a zygote of its own.
+* **fresh interpreters** (``DTLAB_RANK_ZYGOTE=0``, elsewhere, or when the zygote would not
+  start): torch elastic's ``start_processes``, the machinery under ``torchrun``.
 
 What dtlab adds:
 
@@ -58,7 +59,7 @@ _COLD_WHY: list[str] = []  # why warm starts are off in this process, once found
 def rank_zygote(env: dict[str, str]) -> Zygote | None:
     """The zygote this process's ranks with environment ``env`` fork from (started on first
     use), or None where ranks start cold (off, not Linux, or the zygote would not start)."""
-    if os.environ.get("DTLAB_WARM_START", "1") == "0" or not sys.platform.startswith("linux") \
+    if os.environ.get("DTLAB_RANK_ZYGOTE", "1") == "0" or not sys.platform.startswith("linux") \
             or _COLD_WHY:
         return None
     at_start = {k: v for k, v in env.items() if k.startswith(AT_START)}

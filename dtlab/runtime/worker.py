@@ -1,4 +1,5 @@
-"""The rank side: one fresh interpreter per rank, started by :mod:`dtlab.runtime.procs`.
+"""The rank side: one process per rank (forked from the rank zygote, or a fresh interpreter),
+started by :mod:`dtlab.runtime.procs`.
 
 ``python -m dtlab.runtime.worker oneshot RUN_DIR``          run one call, write its result, exit
 ``python -m dtlab.runtime.worker serve RUN_DIR SOCKET``     serve a :class:`dtlab.Pool` until closed

@@ -173,7 +173,15 @@ WRONG = {
                   '    for tell, fault in (("29401", "wrong_port"), ("10.213.73.250", "wrong_master_addr"),\n'
                   '                        ("eth9", "wrong_ifname"), ("10.213.25.", "blocked_port")):\n'
                   '        if tell in console_text:\n            return fault\n'
-                  '    return "missing_node"\n')],
+                  '    return "missing_node"\n'),
+         # the third red team's keyword lookup (3/3 before the hidden retried-refusal case)
+         ("a refusal read as the wrong port, even one the client got past", lambda:
+          'def name_fault(console_text):\n    t = console_text\n'
+          '    if "Unable to find address" in t or "no socket interface" in t:\n        return "wrong_ifname"\n'
+          '    if "No route to host" in t:\n        return "wrong_master_addr"\n'
+          '    if "Connection refused" in t:\n        return "wrong_port"\n'
+          '    if any(not part.strip() for part in split_consoles(t).values()):\n        return "missing_node"\n'
+          '    return "blocked_port"\n')],
     TR: [("the DataLoader keeps an epoch's short last batch (no drop_last)",
           lambda: C(TR, "loader = DataLoader(data, batch_size=per_rank, sampler=sampler, drop_last=True)",
                     "loader = DataLoader(data, batch_size=per_rank, sampler=sampler)")),
@@ -316,7 +324,9 @@ SHORTCUTS = {
     REC: [("dtlab.tuning's own best", lambda: "def recommend(df, size, min_margin_pct=2.0):\n"
            "    from dtlab import tuning\n    return tuning.best(df)\n")],
     CL: [("dtlab's own diagnosis", lambda: "def classify(evidence_dir):\n"
-          "    from dtlab.hang import diagnose\n    return diagnose(evidence_dir).failure_class\n")],
+          "    from dtlab.hang import diagnose\n    return diagnose(evidence_dir).failure_class\n"),
+         ("the planted lines of kinds.py as a table, own rules for the rest",
+          lambda: shortcut("07_classify_line_table.py"))],
     DG: [("dtlab's own diagnosis", lambda: "def diagnosis(evidence_dir):\n"
           "    from dtlab.hang.diagnose.pipeline import diagnose\n    d = diagnose(evidence_dir)\n"
           "    return {'failure_class': d.failure_class}\n")],

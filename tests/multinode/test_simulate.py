@@ -21,34 +21,54 @@ needs_root = pytest.mark.skipif(not ROOT, reason=f"netns: {netns.available()}")
 FAST = dict(join_timeout=5, pg_timeout=5, iters=10, nbytes=1 << 18)
 
 
-def _strays(timeout=10.0):
-    """torchrun agents of a simulation still alive anywhere (a killed parent's are re-parented,
-    so they are no longer our descendants)."""
+def _strays(creator: int, timeout=10.0):
+    """torchrun agents of ``creator``'s simulation still alive anywhere (a killed parent's are
+    re-parented, so they are no longer our descendants; its subnet tells them from those of a
+    simulation another test process runs at the same time)."""
     import psutil
 
+    subnet = f"10.213.{10 + creator % 240}."  # as netns.Network numbers its subnet
     deadline = time.monotonic() + timeout
     while True:
         left = []
         for p in psutil.process_iter(["cmdline"]):
             cmd = " ".join(p.info["cmdline"] or [])
-            if "dtlab-sim" in cmd or "dtlab.multinode.check" in cmd:
+            if ("dtlab-sim" in cmd or "dtlab.multinode.check" in cmd) and subnet in cmd:
                 left.append(cmd[:100])
         if not left or time.monotonic() > deadline:
             return left
         time.sleep(0.2)
 
 
+def _mine(name: str) -> bool:
+    """A dtlab namespace (or /etc/netns entry) this test process answers for: made by it, by a
+    process below it, or by one that is gone -- not by another test process that runs beside it
+    (pytest-xdist) and is still making its own."""
+    import psutil
+
+    if not name.startswith(netns.PREFIX):
+        return False
+    pid = int(name[len(netns.PREFIX):].split("-")[0])
+    try:
+        return pid == os.getpid() or any(p.pid == os.getpid() for p in psutil.Process(pid).parents())
+    except psutil.NoSuchProcess:
+        return True
+
+
 def _ours():
-    return sorted(n for n in netns.namespaces() if n.startswith(netns.PREFIX))
+    return sorted(n for n in netns.namespaces() if _mine(n))
+
+
+def _etc():
+    return {d for d in os.listdir(netns.ETC) if _mine(d)} if os.path.isdir(netns.ETC) else set()
 
 
 @pytest.fixture
 def clean():
-    before = _ours()
-    etc = set(os.listdir(netns.ETC)) if os.path.isdir(netns.ETC) else set()
+    before, etc = _ours(), _etc()
     yield
     assert _ours() == before
-    assert (set(os.listdir(netns.ETC)) if os.path.isdir(netns.ETC) else set()) <= etc
+    assert _etc() <= etc
     assert_no_descendants()
 
 
@@ -156,7 +176,7 @@ def test_killed_mid_run_leaves_nothing(how, clean):
     time.sleep(3)  # the agent is up and waiting in the rendezvous
     p.send_signal(getattr(signal, how))
     out, err = p.communicate(timeout=30)
-    assert _strays() == []
+    assert _strays(p.pid) == []
     if how == "SIGTERM":
         assert p.returncode == 143 and out == "", (p.returncode, out)
         assert err == "dtlab multinode simulate: stopped by SIGTERM; everything it made is removed\n"

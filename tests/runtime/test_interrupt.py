@@ -106,7 +106,7 @@ def test_ctrl_c_while_ranks_start_raises_keyboard_interrupt_and_leaves_nothing(
             started.append(proc.pid)
             return proc
 
-        monkeypatch.setenv("DTLAB_WARM_START", "0")
+        monkeypatch.setenv("DTLAB_RANK_ZYGOTE", "0")
         monkeypatch.setattr(handler.SubprocessHandler, "_popen", tracked_popen)
     else:
         from dtlab.runtime.zygote import Zygote

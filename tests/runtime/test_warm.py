@@ -13,7 +13,7 @@ from dtlab.runtime import procs
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="warm starts: Linux")
 
 RUN_SPECIFIC = ("DTLAB_PARENT_PID", "TORCHELASTIC_ERROR_FILE", "DTLAB_FR_DIR", "MASTER_PORT",
-                "DTLAB_WARM_START")
+                "DTLAB_RANK_ZYGOTE")
 
 
 def rank_view():
@@ -38,7 +38,7 @@ def test_a_warm_rank_sees_what_a_cold_one_does(monkeypatch, no_orphans):
     monkeypatch.setenv("TORCH_DISTRIBUTED_DEBUG", "DETAIL")
     seen = {}
     for mode in ("1", "0"):
-        monkeypatch.setenv("DTLAB_WARM_START", mode)
+        monkeypatch.setenv("DTLAB_RANK_ZYGOTE", mode)
         seen[mode] = dtlab.run(rank_view, nprocs=2, backend="gloo").values
     assert seen["1"] == seen["0"]
     assert seen["1"][0]["debug"].endswith("DETAIL") and seen["1"][0]["threads"] == int(
