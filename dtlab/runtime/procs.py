@@ -48,9 +48,11 @@ _LIVE: "weakref.WeakSet[RankProcs]" = weakref.WeakSet()
 
 WARM_PRELOAD = ("torch", "torch.distributed", "cloudpickle", "psutil")
 # what a fresh interpreter reads from its environment as it starts, where a fork would keep the
-# zygote's: Python's own variables, the dynamic loader's, and torch's logging set-up
-AT_START = ("PYTHON", "LD_", "MALLOC_", "PYTORCH_", "TORCH_CPP_LOG", "TORCH_LOGS",
-            "TORCH_SHOW_CPP")
+# zygote's: Python's own variables, the dynamic loader's, the thread pools' (OpenMP reads
+# OMP_NUM_THREADS as it loads; calling torch.set_num_threads in a fork instead aborted CUDA
+# builds' autograd threads: "Invalid thread pool!", torch 2.11 on 2x H200) and torch's logging
+AT_START = ("PYTHON", "LD_", "MALLOC_", "OMP_", "MKL_", "OPENBLAS_", "KMP_", "GOMP_", "PYTORCH_",
+            "TORCH_CPP_LOG", "TORCH_LOGS", "TORCH_SHOW_CPP")
 _ZYGOTES: dict[tuple, Zygote] = {}
 _ZYGOTES_LOCK = threading.Lock()
 _COLD_WHY: list[str] = []  # why warm starts are off in this process, once found

@@ -70,17 +70,13 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def forked(*argv: str) -> None:
-    """:func:`main` in a rank forked from a warm zygote (:mod:`.procs`): first what a fresh
+    """:func:`main` in a rank forked from the rank zygote (:mod:`.procs`): first what a fresh
     interpreter takes from the rank's environment as it imports torch, and the zygote took from
-    its own -- the thread count, ``TORCH_DISTRIBUTED_DEBUG`` -- then ``sys.argv`` and a process
-    name that says what it is (``ps -o comm``, ``top``: ``dtlab-rank0``)."""
-    import torch
+    its own -- ``TORCH_DISTRIBUTED_DEBUG`` -- then ``sys.argv`` and a process name that says
+    what it is (``ps -o comm``, ``top``: ``dtlab-rank0``)."""
     import torch.distributed as dist
 
     sys.argv = [__file__, *argv]
-    threads = os.environ.get("OMP_NUM_THREADS", "")
-    if threads.isdigit() and int(threads) > 0:
-        torch.set_num_threads(int(threads))
     if dist.is_available():
         dist.set_debug_level_from_env()
     _name(f"dtlab-rank{os.environ.get('RANK', '')}")
