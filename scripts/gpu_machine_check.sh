@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `dtlab check` on a GPU machine: clean, then with each fault the check must catch, one device
 # call (issue 25's "catch a broken machine, not only bless a good one"):
-#   bash scripts/gpu_machine_check.sh OUT_DIR
+#   [LEVEL=standard] [CASES="clean p2p_off"] bash scripts/gpu_machine_check.sh OUT_DIR
 # OUT_DIR/machine.txt, check_<case>.txt (the table, its exit status last), and checks.tgz
 # holding those with each case's --json output and stderr.
 # NVLink multicast stays off throughout (the lent machines' rule).
@@ -15,7 +15,7 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 one() {  # one() NAME [VAR=VALUE ...]
   local name=$1; shift
   local t0=$(date +%s)
-  env "$@" timeout 400 python3 -m dtlab check --json > "$out/check_$name.json" 2> "$out/check_$name.err"
+  env "$@" timeout 400 python3 -m dtlab check --level "${LEVEL:-quick}" --json > "$out/check_$name.json" 2> "$out/check_$name.err"
   local rc=$?
   env "$@" python3 -c "import json,sys; from dtlab.check import Report, Row
 d=json.load(open(sys.argv[1])); r=Report([Row(**x) for x in d['rows']], level=d['level'], backend=d['backend'], nprocs=d['nprocs'])
@@ -23,7 +23,7 @@ print(r.render())" "$out/check_$name.json" > "$out/check_$name.txt" 2>&1
   echo "exit status $rc, wall $(( $(date +%s) - t0 )) s, environment: ${*:-(clean)}" >> "$out/check_$name.txt"
   echo "$name: rc $rc"; tail -1 "$out/check_$name.txt"
 }
-one clean
-one p2p_off NCCL_P2P_DISABLE=1
-one ll_forced NCCL_PROTO=LL
+declare -A FAULT=([clean]="" [p2p_off]="NCCL_P2P_DISABLE=1" [ll_forced]="NCCL_PROTO=LL"
+                  [sockets_only]="NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1")
+for c in ${CASES:-clean p2p_off ll_forced}; do one "$c" ${FAULT[$c]}; done
 (cd "$out" && tar czf checks.tgz check_* && rm -f check_*.json check_*.err)

@@ -10,6 +10,7 @@ expected, where that expectation comes from, and what to do (the course section 
 it)::
 
     $ dtlab check                 # quick: the table
+    $ dtlab check --level standard  # and the P2P matrix, small-message latency, DDP parity
     $ dtlab check --json          # the same rows, for scripts
     $ dtlab check --nprocs 4      # ranks (default: the GPUs, else 2 on the CPU)
 
@@ -33,9 +34,18 @@ arguments. Checks of the quick level (:mod:`.checks`), in order:
 5. ``failure``     -- the failure path works: a deliberate size mismatch on every rank is caught
                       within its bound, diagnosed as such, and leaves no process behind.
 
-Not yet here (the issue's standard and full levels): the P2P copy matrix, the topology's
-affinity and ring bottleneck, small-message latency against the recorded floor, a DDP parity
-run, and the multi-node part.
+The standard level adds:
+
+6. ``p2p``         -- every ordered GPU pair's copy rate (:func:`dtlab.bench.p2p_matrix`): a pair
+                      without peer access or below 0.75 of the median pair is a FAIL naming it;
+                      the slowest pair against the links' ceiling as for ``bandwidth``;
+7. ``latency``     -- a CUDA-graph all_reduce of 8 B-1 KiB against the floor recorded on a
+                      healthy NVLink pair (WARN above twice it; no floor for other links: SKIP);
+8. ``parity``      -- DDP on the ranks against one process, 8 steps in float64
+                      (:func:`dtlab.parity.compare`), within the float64 tolerance.
+
+Not yet here (the issue's full level): the topology's affinity and ring bottleneck, and the
+multi-node part.
 """
 
 from __future__ import annotations

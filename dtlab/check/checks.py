@@ -12,7 +12,7 @@ import time
 from ..topology.live import nvidia_smi
 from .report import FAIL, PASS, SKIP, WARN, Report, Row
 
-LEVELS = ("quick",)
+LEVELS = ("quick", "standard")
 
 # A healthy machine's 1 GiB all_reduce busbw as a fraction of its links' ceiling (per direction):
 # 2x H200 NV18, ceiling 18 x 25 GB/s = 450 GB/s: nccl-tests 327.4 GB/s (0.73,
@@ -306,7 +306,7 @@ def failure_path(nprocs: int, backend: str) -> Row:
             and p.status() != psutil.STATUS_ZOMBIE]
     right = d.failure_class == "size_mismatch"
     verdict = PASS if right and took <= FAILURE_BOUND_S and not left else FAIL
-    said = f"a planted size mismatch diagnosed as {d.failure_class} in {took:.0f} s"
+    said = f"a planted size mismatch diagnosed as {d.failure_class} in {took:.1f} s"
     if left:
         said += f"; processes left behind: {left}"
     return _row("failure", t0, verdict, said,
@@ -316,14 +316,125 @@ def failure_path(nprocs: int, backend: str) -> Row:
                 "(section 07); a wrong diagnosis here is a bug to report")
 
 
+# -- 6. the P2P copy matrix (standard) ---------------------------------------------------------
+
+# Every pair's copy rate against the median of all pairs (a slow pair: below SLOW_PAIR of it,
+# :func:`dtlab.bench.slow_pairs`) and the slowest pair against the links' ceiling. Healthy 2x
+# H200 NV18: 386.8 and 386.6 GB/s one way, 0.86 of 450 GB/s (data/h200x2-bandwidth/p2p.csv,
+# 2026-11-26); a pair without peer access is staged through host memory by the driver.
+HEALTHY_COPY_FRACTION = 0.86
+SLOW_PAIR = 0.75
+P2P_BYTES = 256 << 20
+
+
+def p2p_verdict(rows: list[dict], ceiling: float | None) -> tuple[str, str]:
+    """(verdict, what is wrong) for p2p_matrix rows: FAIL for a pair without peer access or
+    below SLOW_PAIR of the median, or the slowest pair under FAIL_FRACTION of the ceiling; WARN
+    under PASS_FRACTION of it; else PASS."""
+    from ..bench import slow_pairs
+
+    no_peer = [f"{r['src']}->{r['dst']}" for r in rows if not r["peer_access"]]
+    slow = [f"{i}->{j}" for i, j in slow_pairs(rows, "uni_GBps", SLOW_PAIR)]
+    if no_peer or slow:
+        said = "; ".join(x for x in (
+            f"no peer access (copies staged through host memory): {', '.join(no_peer)}" if no_peer else "",
+            f"below {SLOW_PAIR:.2f} of the median pair: {', '.join(slow)}" if slow else "") if x)
+        return FAIL, said
+    if ceiling:
+        frac = min(r["uni_GBps"] for r in rows) / ceiling
+        if frac < PASS_FRACTION:
+            return (FAIL if frac < FAIL_FRACTION else WARN,
+                    f"every pair alike, but the slowest at {frac:.2f} of the links' ceiling")
+    return PASS, ""
+
+
+def p2p(nprocs: int, backend: str) -> Row:
+    t0 = time.monotonic()
+    if backend != "nccl":
+        return _row("p2p", t0, SKIP, f"ranks on {backend} (the CPU): no GPU pairs to copy "
+                    "between", todo="run on a machine with 2 or more GPUs")
+    from ..bench import p2p_matrix
+
+    rows = p2p_matrix(size=P2P_BYTES, iters=10, warmup=2).to_dict("records")
+    ceiling, how = link_ceiling()
+    verdict, wrong = p2p_verdict(rows, ceiling)
+    lo = min(rows, key=lambda r: r["uni_GBps"])
+    hi = max(r["uni_GBps"] for r in rows)
+    said = (f"{len(rows)} ordered pairs, 256 MiB copies: {lo['uni_GBps']:.0f}-{hi:.0f} GB/s one "
+            f"way (slowest {lo['src']}->{lo['dst']})" + (f"; {wrong}" if wrong else ""))
+    expected = (f"every pair >= {SLOW_PAIR:.2f} of the median, with peer access"
+                + (f"; the slowest >= {PASS_FRACTION:.2f} of {ceiling:.0f} GB/s ({how})"
+                   if ceiling else "") + f"; healthy 2x H200 copied at {HEALTHY_COPY_FRACTION:.2f}")
+    return _row("p2p", t0, verdict, said, expected, "data/h200x2-bandwidth/p2p.csv",
+                "" if verdict == PASS else "`dtlab bench --p2p` for the whole matrix; "
+                "`nvidia-smi topo -m` and `nvidia-smi nvlink -s` for the slow pair's links "
+                "(sections 02, 03)")
+
+
+# -- 7. small-message latency (standard) ---------------------------------------------------------
+
+# dtlab's CUDA-graph all_reduce of 8 B-1 KiB on a healthy 2x H200 NV18 pair: median 8.1 us over
+# three rounds (7.85, 8.15, 8.46; every size 6.2-10.1 us; data/h200x2-graph-like/r*_dtlab.csv,
+# 2026-11-27), 5.6-12.3 us on other runs (BENCHMARKS.md, "Small messages"). PASS up to twice the
+# median; no floor is recorded for other links, where the row only reports.
+LATENCY_FLOOR_US = 8.1
+LATENCY_SIZES = (8, 1024)
+
+
+def latency_verdict(median_us: float, nvlink: bool) -> str:
+    if not nvlink:
+        return SKIP
+    return PASS if median_us <= 2 * LATENCY_FLOOR_US else WARN
+
+
+def latency(nprocs: int, backend: str) -> Row:
+    t0 = time.monotonic()
+    if backend != "nccl":
+        return _row("latency", t0, SKIP, f"ranks on {backend} (the CPU): CUDA graphs need "
+                    "NCCL on GPUs", todo="run on a machine with 2 or more GPUs")
+    from ..bench import sweep
+
+    df = sweep("all_reduce", *LATENCY_SIZES, nprocs=nprocs, backend="nccl", iters=20, warmup=5,
+               graph=True, progress=False)
+    med = float(df["ip_time_us"].median())
+    ceiling, how = link_ceiling()
+    nvlink = how.startswith("NVLink")
+    verdict = latency_verdict(med, nvlink)
+    said = f"all_reduce 8 B-1 KiB in CUDA graphs: median {med:.1f} us per call"
+    if not nvlink:
+        said += "; no recorded floor for these links to hold it to"
+    return _row("latency", t0, verdict, said,
+                f"<= {2 * LATENCY_FLOOR_US:.0f} us on NVLink (healthy 2x H200: median "
+                f"{LATENCY_FLOOR_US} us)", "data/h200x2-graph-like",
+                "" if verdict in (PASS, SKIP) else "look for CPU contention and GPU clocks "
+                "(nvidia-smi -q -d PERFORMANCE), then the transport (NCCL_DEBUG=INFO; sections 02, 06)")
+
+
+# -- 8. DDP parity (standard) ------------------------------------------------------------------
+
+def parity(nprocs: int, backend: str) -> Row:
+    t0 = time.monotonic()
+    from ..parity.ddp import compare
+
+    rep = compare("none", nprocs=nprocs, backend=backend, steps=8, dtype="float64")
+    verdict = PASS if rep.parity else FAIL
+    said = (f"DDP on {nprocs} ranks vs one process, 8 steps in float64: max |diff| "
+            f"{rep.max_abs_diff:.2g}" if rep.max_abs_diff is not None else
+            f"DDP did not complete: {(rep.error or '').splitlines()[0][:200]}")
+    return _row("parity", t0, verdict, said, f"max |diff| <= {rep.tolerance:g} (float64 "
+                "sums in another order)", "dtlab parity (section 05)",
+                "" if verdict == PASS else "run `dtlab parity` and read where the two runs "
+                "part (section 05)")
+
+
 # -- the level ------------------------------------------------------------------------------------
 
 def run(level: str = "quick", nprocs: int | None = None, progress: bool = False) -> Report:
     """Every check of ``level`` on ``nprocs`` ranks (default: the GPUs if there are 2 or more,
     else 2 ranks on gloo)."""
     if level not in LEVELS:
-        raise ValueError(f"--level {level!r}: only {', '.join(LEVELS)} is built so far; the "
-                         f"standard and full levels are not")
+        raise ValueError(f"--level {level!r}: choose {' or '.join(LEVELS)} (the full level is "
+                         f"not built yet)")
     import torch
 
     from ..limits import whole
@@ -335,10 +446,15 @@ def run(level: str = "quick", nprocs: int | None = None, progress: bool = False)
     nprocs = whole("nprocs", nprocs, 2, ngpu if backend == "nccl" else 64,
                    "one rank per GPU" if backend == "nccl" else "gloo ranks on this CPU")
     rows = []
-    for name, fn in (("software", software), ("gpus", gpus),
-                     ("collectives", lambda: collectives(nprocs, backend)),
-                     ("bandwidth", lambda: bandwidth(nprocs, backend)),
-                     ("failure", lambda: failure_path(nprocs, backend))):
+    checks = [("software", software), ("gpus", gpus),
+              ("collectives", lambda: collectives(nprocs, backend)),
+              ("bandwidth", lambda: bandwidth(nprocs, backend)),
+              ("failure", lambda: failure_path(nprocs, backend))]
+    if level == "standard":
+        checks += [("p2p", lambda: p2p(nprocs, backend)),
+                   ("latency", lambda: latency(nprocs, backend)),
+                   ("parity", lambda: parity(nprocs, backend))]
+    for name, fn in checks:
         if progress:
             print(f"dtlab check: {name} ...", flush=True)
         t0 = time.monotonic()

@@ -1,4 +1,4 @@
-"""``dtlab check [--level quick] [--json] [--nprocs N]`` (dtlab/cli.py calls in): the table, or
+"""``dtlab check [--level quick|standard] [--json] [--nprocs N]`` (dtlab/cli.py calls in): the table, or
 its rows as JSON; exit 0 when nothing is WARN or FAIL, 1 otherwise, 2 for bad arguments."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from .checks import LEVELS
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--level", default="quick", help=f"how much to check: {', '.join(LEVELS)} "
-                   "(default quick; standard and full are not built yet)")
+                   "(default quick; full is not built yet)")
     p.add_argument("--nprocs", type=int, help="ranks (default: every GPU, else 2 on the CPU)")
     p.add_argument("--json", action="store_true", help="the rows as JSON")
 
@@ -19,7 +19,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def check(args) -> None:
     """Refuse bad arguments before anything runs (ValueError: one line, exit 2)."""
     if args.level not in LEVELS:
-        raise ValueError(f"--level {args.level!r}: only {', '.join(LEVELS)} is built so far")
+        raise ValueError(f"--level {args.level!r}: choose {' or '.join(LEVELS)} (the full level "
+                         f"is not built yet)")
     if args.nprocs is not None and args.nprocs < 2:
         raise ValueError(f"--nprocs {args.nprocs}: a check of collectives needs at least 2 ranks")
 

@@ -46,7 +46,7 @@ def test_bad_arguments_are_one_line_and_exit_2(capsys):
     assert main(["check", "--level", "full"]) == 2
     assert main(["check", "--nprocs", "1"]) == 2
     err = capsys.readouterr().err.splitlines()
-    assert len(err) == 2 and "only quick" in err[0] and "at least 2 ranks" in err[1]
+    assert len(err) == 2 and "choose quick or standard" in err[0] and "at least 2 ranks" in err[1]
 
 
 def test_the_quick_level_on_this_machine(capsys, no_orphans):
@@ -75,3 +75,41 @@ def test_a_check_that_cannot_run_is_a_failure_saying_why(monkeypatch):
     assert rows["collectives"].verdict == FAIL and rows["failure"].verdict == FAIL
     assert rows["collectives"].measured == "could not run: RuntimeError: NCCL error: unhandled system error"
     assert rows["software"].verdict in (PASS, WARN) and rep.exit_status == 1
+
+
+H200_P2P = [  # data/h200x2-bandwidth/p2p.csv: a healthy NV18 pair
+    {"src": 0, "dst": 1, "peer_access": True, "uni_GBps": 386.81},
+    {"src": 1, "dst": 0, "peer_access": True, "uni_GBps": 386.57},
+]
+
+
+def test_p2p_verdicts_name_the_pair_that_is_wrong():
+    assert C.p2p_verdict(H200_P2P, NV18) == (PASS, "")
+    four = [{"src": i, "dst": j, "peer_access": True, "uni_GBps": 380.0}
+            for i in range(4) for j in range(4) if i != j]
+    four[5]["uni_GBps"] = 60.0  # one link down to a fraction: the pair is named
+    verdict, said = C.p2p_verdict(four, NV18)
+    assert verdict == FAIL and f"{four[5]['src']}->{four[5]['dst']}" in said
+    staged = [dict(r, peer_access=False) for r in H200_P2P]
+    assert C.p2p_verdict(staged, NV18)[0] == FAIL
+    # every pair alike and slow (the whole machine's links at a fraction): held to the ceiling
+    assert C.p2p_verdict([dict(r, uni_GBps=100.0) for r in H200_P2P], NV18)[0] == FAIL
+    assert C.p2p_verdict([dict(r, uni_GBps=200.0) for r in H200_P2P], NV18)[0] == WARN
+    assert C.p2p_verdict([dict(r, uni_GBps=200.0) for r in H200_P2P], None)[0] == PASS
+
+
+def test_latency_is_held_to_the_recorded_floor_on_nvlink_only():
+    assert C.latency_verdict(8.1, nvlink=True) == PASS     # data/h200x2-graph-like
+    assert C.latency_verdict(12.3, nvlink=True) == PASS    # the slowest healthy run recorded
+    assert C.latency_verdict(40.0, nvlink=True) == WARN
+    assert C.latency_verdict(40.0, nvlink=False) == SKIP   # PCIe: no floor recorded to hold it to
+
+
+def test_the_standard_level_on_this_machine(capsys, no_orphans):
+    status = main(["check", "--level", "standard", "--json"])
+    rep = json.loads(capsys.readouterr().out)
+    rows = {r["check"]: r for r in rep["rows"]}
+    assert list(rows)[5:] == ["p2p", "latency", "parity"]
+    assert rows["p2p"]["verdict"] == SKIP and rows["latency"]["verdict"] == SKIP
+    assert rows["parity"]["verdict"] == PASS and "max |diff|" in rows["parity"]["measured"]
+    assert status in (0, 1)
