@@ -212,6 +212,12 @@ def _remember(ranks: dict[int, float], seen: dict[int, float]) -> None:
 def _kill_all(ranks: dict[int, float], seen: dict[int, float]) -> None:
     _remember(ranks, seen)  # what is attached right now, too
     for pid in ranks:
+        # below each guard first, while it lives: it is a subreaper, so a re-forking chain's
+        # newest child comes to it and is found in end_tree's next look; killing its group at
+        # once killed the guard too, and that child went to init
+        if born(pid) == ranks[pid]:
+            end_tree(pid, grace=0, limit=2.0)
+    for pid in ranks:
         try:
             os.killpg(pid, signal.SIGKILL)  # each rank leads its own session and group
         except OSError:

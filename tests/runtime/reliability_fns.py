@@ -112,6 +112,14 @@ def start_a_reforking_chain(pid_file: str):
     return dist.get_rank()
 
 
+def a_reforking_chain_then_wait(pid_file: str):
+    """:func:`start_a_reforking_chain`, then wait (for the parent to be killed)."""
+    import time
+
+    start_a_reforking_chain(pid_file)
+    time.sleep(1000)
+
+
 def raise_without_stderr(how: str):
     """Raise after taking away the rank's stderr: fds 1 and 2 closed, ``sys.stderr = None``, or
     both pointed at /dev/null."""

@@ -79,6 +79,51 @@ def test_killed_parent_leaves_no_rank_no_grandchild_no_folder(tmp_path, sig, poo
                 p.kill()
 
 
+CHAIN_PARENT = textwrap.dedent("""
+    import sys
+    sys.path.insert(0, {here!r})
+    import dtlab
+    from reliability_fns import a_reforking_chain_then_wait
+    dtlab.run(a_reforking_chain_then_wait, {pid_file!r}, nprocs=2, backend="gloo")
+""")
+
+
+@pytest.mark.parametrize("zygote", ["1", "0"])
+def test_a_reforking_chain_ends_when_its_launcher_is_killed(tmp_path, zygote):
+    """The parent SIGKILLed while a rank's re-forking chain runs: the reaper used to kill each
+    rank's group at once -- its guard with it -- and the chain's newest generation, in a session
+    of its own and no longer below any guard, lived on under init (#23, the reaper's path; 2 of
+    3 runs with ranks started as fresh interpreters)."""
+    pid_file = str(tmp_path / "pids")
+    env = dict(os.environ, DTLAB_RUN_ROOT=str(tmp_path / "runs"), DTLAB_OUTPUT="none",
+               DTLAB_RANK_ZYGOTE=zygote)
+    parent = subprocess.Popen([sys.executable, "-c", CHAIN_PARENT.format(here=HERE, pid_file=pid_file)],
+                              env=env)
+    try:
+        _pids(pid_file, 2)
+        time.sleep(0.3)
+        parent.kill()
+        parent.wait(10)
+        time.sleep(3.0)  # the reaper and the guards have had their turn; a survivor forks on
+
+        def alive():
+            pids = [int(x) for r in range(2) for x in open(f"{pid_file}.{r}").read().split()]
+            return [p for p in pids if not pid_gone(p, 0.01)]
+
+        left = alive()
+    finally:
+        parent.kill()
+        parent.wait()
+        for _ in range(100):  # a survivor keeps changing its pid: kill until none is left
+            for p in alive():
+                try:
+                    os.kill(p, signal.SIGKILL)
+                except OSError:
+                    pass
+            time.sleep(0.01)
+    assert left == [], "a re-forking chain outlived its killed launcher"
+
+
 FORKING_PARENT = textwrap.dedent("""
     import os, sys, time
     from dtlab.runtime import reaper
