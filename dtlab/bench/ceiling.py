@@ -3,8 +3,9 @@
 Contract, three small passes over recorded evidence and one plot:
 
 * :func:`nvlink_rates` -- ``nvidia-smi nvlink -s`` text -> ``{gpu: [GB/s per link]}``, as
-  nvidia-smi prints them: each link's *signalling* rate in one direction (26.562 GB/s on an
-  H100/H200 NVLink4 link); :func:`data_rate` turns one into the rate data moves at (25 GB/s);
+  nvidia-smi prints them (26.562 GB/s on an H100/H200 NVLink4 link: 17/16 of the datasheet's
+  data rate, for a reason NVIDIA does not document); :func:`data_rate` turns one into the
+  datasheet's rate per direction (25 GB/s);
 * :func:`nccl_topology` -- an ``NCCL_DEBUG=INFO`` log (``NCCL_DEBUG_SUBSYS`` with GRAPH) ->
   NCCL's own figures: ``system_max_bw`` (``=== System : maxBw X totalBw Y ===``, GB/s, its
   model of the best GPU-to-GPU path) and one entry per searched graph (``Pattern P, ...,
@@ -19,8 +20,10 @@ ring sends and receives at once, each direction of each rank's link carrying ``2
 so busbw is held to one direction's rate. NVIDIA's "900 GB/s" for H100/H200 NVLink4 is 18 links
 x 50 GB/s with both directions added (the H100 and H200 datasheets), so 25 GB/s per link per
 direction, 450 GB/s per GPU each way: the figure busbw can approach. nvidia-smi's 26.562 GB/s
-per link is the signalling rate, above the data rate (18 x 26.562 = 478 GB/s is no ceiling
-any payload can reach).
+per link is 17/16 of that (18 x 26.562 = 478 GB/s); NVIDIA documents only the datasheet's
+figure, so that is the ceiling used here. The ratio is that of a line rate to a data rate
+under an encoding or FEC overhead, but no NVIDIA document we found says so: treat it as
+unexplained.
 
 >>> from dtlab.bench.ceiling import data_rate, nvlink_rates, nccl_topology
 >>> rates = nvlink_rates("data/h200x2-nccl-logs/nvidia-smi-nvlink.txt")[0]
@@ -45,9 +48,9 @@ _LINK = re.compile(r"^\s*Link\s+(\d+):\s*([\d.]+)\s*GB/s")
 _SYSTEM = re.compile(r"=== System : maxBw ([\d.]+) totalBw ([\d.]+) ===")
 _PATTERN = re.compile(r"Pattern (\d+), crossNic (\d+), nChannels (\d+), bw ([\d.]+)/([\d.]+), "
                       r"type (\S+?)/(\S+?),")
-# nvidia-smi's per-link figure (signalling rate) -> the data rate NVIDIA's datasheets give, per
-# link and direction: NVLink4 (H100/H200 SXM: 900 GB/s over 18 links, both directions added)
-SIGNALLING_TO_DATA_GBPS = {26.562: 25.0}
+# nvidia-smi's per-link figure -> the data rate NVIDIA's datasheets give, per link and
+# direction: NVLink4 (H100/H200 SXM: 900 GB/s over 18 links, both directions added)
+SHOWN_TO_DATA_GBPS = {26.562: 25.0}
 PATTERNS = {1: "balanced tree", 2: "split tree", 3: "tree", 4: "ring", 5: "nvls",
             6: "collnet direct"}
 
@@ -72,10 +75,10 @@ def nvlink_rates(text_or_path) -> dict[int, list[float]]:
     return out
 
 
-def data_rate(signalling_gbps: float) -> float:
+def data_rate(shown_gbps: float) -> float:
     """One link's data rate per direction (GB/s) from the figure ``nvidia-smi nvlink -s`` prints
-    for it (its signalling rate); a figure dtlab has no datasheet for is returned as it is."""
-    return SIGNALLING_TO_DATA_GBPS.get(round(signalling_gbps, 3), signalling_gbps)
+    for it; a figure dtlab has no datasheet for is returned as it is."""
+    return SHOWN_TO_DATA_GBPS.get(round(shown_gbps, 3), shown_gbps)
 
 
 def nccl_topology(text_or_path) -> dict:

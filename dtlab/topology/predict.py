@@ -14,8 +14,9 @@ The rules are NCCL's (``src/graph/paths.cc``, ``ncclTopoCheckP2p`` / ``ncclTopoC
 Bandwidth classes are nominal, one direction: NVLink 2, 3 and 4 (V100, A100, H100/H200) carry
 25 GB/s per link (NVIDIA's 300 / 600 / 900 GB/s total over 6 / 12 / 18 links, both ways);
 NVLink 1 (P100) 20, NVLink 5 (B200) 50. ``nvidia-smi nvlink -s`` on our H200 reports
-26.562 GB/s per link (``data/h200x2-nccl-logs/nvidia-smi-nvlink.txt``): the signalling rate,
-not the data rate (:func:`dtlab.bench.ceiling.data_rate`). PCIe is its link's
+26.562 GB/s per link (``data/h200x2-nccl-logs/nvidia-smi-nvlink.txt``), 17/16 of the
+datasheet's data rate; NVIDIA does not document what the extra counts, so the datasheet's
+figure is the one used (:func:`dtlab.bench.ceiling.data_rate`). PCIe is its link's
 rate (:func:`dtlab.topology.pcie_gbps`: Gen4 x16 31.5 GB/s, Gen5 x16 63.0), when the source says.
 
 >>> from dtlab.topology import load
