@@ -4,7 +4,8 @@ Contract: :func:`compare` (DDP vs one process, one bug or its fix) and :func:`co
 in one launch) return :class:`Report`; :func:`verdict` says whether a bug was caught by its own
 definition; :data:`TOLERANCE` holds the tolerances per dtype and backend and
 :mod:`dtlab.parity.report` says why. :func:`broadcast_at_construction` shows what DDP already
-guarantees. FSDP2 lives in :mod:`dtlab.parity.fsdp`. From a terminal::
+guarantees. FSDP2 lives in :mod:`dtlab.parity.fsdp`, gradient accumulation (DDP and FSDP2) in
+:mod:`dtlab.parity.accumulate`. From a terminal::
 
     dtlab parity --bug batchnorm --json
     dtlab parity --bug batchnorm --fix
