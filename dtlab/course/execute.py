@@ -131,12 +131,51 @@ class ShortErrors(NbGraderPreprocessor):
         return cell, resources
 
 
+HIDDEN_FAILED = ("a hidden test failed; what it said is for the instructor (it would show the "
+                 "hidden inputs, or what your code made of them)")
+
+
+class HiddenOutput(NbGraderPreprocessor):
+    """For feedback: a test cell's output stops where its hidden tests began (the line
+    :func:`dtlab.course.grade.mark_hidden` printed there; the first one, should the learner's
+    code print it too: that hides only more), and an error after it says only that a hidden
+    test failed (:data:`HIDDEN_FAILED`). What a hidden test prints or says -- the learner's code
+    on hidden inputs, a value it returned, an exception it raised with its input in the message
+    -- let a learner collect those inputs over resubmissions (fifth red team: a table of the
+    hidden consoles' and logs' line counts, built from one grading's feedback, scored full in the
+    next). The autograded notebook keeps all of it for the instructor."""
+
+    def preprocess_cell(self, cell, resources, index):
+        from .grade import HIDDEN_MARK
+
+        if cell.cell_type != "code" or not cell.metadata.get("nbgrader", {}).get("grade"):
+            return cell, resources
+        kept, hidden = [], False
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "error":
+                if hidden:
+                    out["ename"], out["evalue"] = "HiddenTestFailed", HIDDEN_FAILED
+                    out["traceback"] = [f"HiddenTestFailed: {HIDDEN_FAILED}"]
+                kept.append(out)
+            elif hidden:
+                continue
+            elif out.get("output_type") == "stream" and HIDDEN_MARK in out.get("text", ""):
+                out["text"] = out["text"][:out["text"].index(HIDDEN_MARK) + len(HIDDEN_MARK)] + "\n"
+                kept.append(out)
+                hidden = True
+            else:
+                kept.append(out)
+        cell.outputs = kept
+        return cell, resources
+
+
 def feedback_preprocessors() -> list:
-    """nbgrader's feedback pipeline with the hidden tests cleared, source and tracebacks."""
+    """nbgrader's feedback pipeline with the hidden tests cleared: their source, what they
+    printed, and tracebacks."""
     from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
     from nbgrader.preprocessors import ClearHiddenTests, GetGrades
 
-    return [GetGrades, ClearHiddenTests, ShortErrors, CSSHTMLHeaderPreprocessor]
+    return [GetGrades, ClearHiddenTests, HiddenOutput, ShortErrors, CSSHTMLHeaderPreprocessor]
 
 
 def sanitize_preprocessors() -> list:

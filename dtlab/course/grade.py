@@ -165,8 +165,31 @@ def _context(assignment, nb, src, work, isolate, cgroup, limits, cpu_s) -> Conte
                            for c in src.cells if c.cell_type == "code"])
 
 
+HIDDEN_MARK = "[dtlab: the hidden tests start here; what they print is not in the feedback]"
+
+
+def mark_hidden(test_source: str) -> str:
+    r"""The test cell with a line that prints :data:`HIDDEN_MARK` where its hidden tests begin,
+    at that line's indentation: the feedback shows the cell's output up to it
+    (:class:`dtlab.course.execute.HiddenOutput`), so the learner's own prints on hidden inputs
+    -- a table of them, mined over resubmissions -- never reach the learner.
+
+    >>> print(mark_hidden("a = 1\n    ### BEGIN HIDDEN TESTS\n    b = 2"))
+    a = 1
+        ### BEGIN HIDDEN TESTS
+        print('[dtlab: the hidden tests start here; what they print is not in the feedback]')
+        b = 2
+    """
+    out = []
+    for line in test_source.splitlines():
+        out.append(line)
+        if line.strip() == "### BEGIN HIDDEN TESTS":
+            out.append(line[:len(line) - len(line.lstrip())] + f"print({HIDDEN_MARK!r})")
+    return "\n".join(out)
+
+
 def visible(test_source: str) -> str:
-    """A test cell as the learner's copy has it: the hidden tests taken out (as nbgrader's
+    r"""A test cell as the learner's copy has it: the hidden tests taken out (as nbgrader's
     release does, markers included).
 
     >>> visible("a = 1\n### BEGIN HIDDEN TESTS\nb = 2\n### END HIDDEN TESTS\nc = 3")
@@ -331,6 +354,8 @@ def _run_tests(tests: list, work: str, timeout: float,
     if not tests:
         return
     nb = nbformat.v4.new_notebook(cells=[copy.deepcopy(c) for c in tests])
+    for cell in nb.cells:
+        cell.source = mark_hidden(cell.source)
     # nbclient's own kind of manager (with a blocking one its timeouts do not fire)
     km = AsyncKernelManager(kernel_name="python3", transport="ipc", ip=os.path.join(work, "kernel"),
                             connection_file=os.path.join(work, "kernel.json"))

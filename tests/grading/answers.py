@@ -208,7 +208,12 @@ WRONG = {
            lambda: C(REC, 'rows = df[(df["size"] == size) & (df["status"] == "ok") & (df["wrong"] == 0)]',
                      'rows = df[df["size"] == size]'))],
     CL: [("running out of memory read as any other exception",
-          lambda: C(CL, '    if f.of("oom"):\n        return "oom"\n', ''))],
+          lambda: C(CL, '    if f.of("oom"):\n        return "oom"\n', '')),
+         # fifth red team: it passed 6/6 before the recorded size mismatch was a hidden case
+         ("ranks that recorded different numbers of collectives read as a missing one, first",
+          lambda: C(CL, '    split = first_divergence(f.traces)\n',
+                    '    if len({len(t) for t in f.traces.values()}) > 1:\n'
+                    '        return "missing_collective"\n    split = first_divergence(f.traces)\n'))],
     DG: [("what differs first read dtype, then size, then op",
           lambda: C(DG, 'failure_class = ("op_mismatch", "size_mismatch", "dtype_mismatch")[kinds[0]]',
                     'failure_class = ("op_mismatch", "size_mismatch", "dtype_mismatch")[kinds[-1]]')),
@@ -326,10 +331,16 @@ SHORTCUTS = {
     CL: [("dtlab's own diagnosis", lambda: "def classify(evidence_dir):\n"
           "    from dtlab.hang import diagnose\n    return diagnose(evidence_dir).failure_class\n"),
          ("the planted lines of kinds.py as a table, own rules for the rest",
-          lambda: shortcut("07_classify_line_table.py"))],
+          lambda: shortcut("07_classify_line_table.py")),
+         ("keywords, exit codes and every dump's set of calls (fifth red team)",
+          lambda: shortcut("07_classify_keywords.py"))],
     DG: [("dtlab's own diagnosis", lambda: "def diagnosis(evidence_dir):\n"
           "    from dtlab.hang.diagnose.pipeline import diagnose\n    d = diagnose(evidence_dir)\n"
-          "    return {'failure_class': d.failure_class}\n")],
+          "    return {'failure_class': d.failure_class}\n"),
+         ("the culprit as whoever called from an unusual line (fifth red team)",
+          lambda: shortcut("07_diagnosis_site_only.py")),
+         ("a rule read off the feedback's case names (fifth red team)",
+          lambda: shortcut("07_diagnosis_mined.py"))],
     PMT: [("dtlab's own diagnosis and the capstone's sites", lambda: "def postmortem(evidence_dir):\n"
            "    from dtlab.capstone.hang import _sites\n    from dtlab.hang import diagnose\n"
            "    d = diagnose(evidence_dir)\n    return {'failure_class': d.failure_class}\n"),

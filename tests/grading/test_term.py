@@ -206,6 +206,9 @@ def test_feedback_and_the_instructors_report(term, busy, tmp_path, capsys):
         assert cli.main(["course", "feedback", "--root", t.root, "--db", t.db, "02_bandwidth"]) == 0
         page.update({p.split(os.sep)[-3]: open(p).read() for p in capsys.readouterr().out.split()})
     assert "Score: 5.0 / 5.0" in page[HONEST] and "Score: 0.0 / 5.0" in page["ivo"]
+    from dtlab.course.grade import HIDDEN_MARK
+
+    assert HIDDEN_MARK in page[HONEST]  # the feedback stops there (execute.HiddenOutput)
     for text in page.values():  # a hidden input read in feedback is hidden no more
         assert "HIDDEN TESTS" not in text and "unseen_sweep" not in text
     csv = tmp_path / "grades.csv"
