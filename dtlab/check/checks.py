@@ -251,7 +251,17 @@ def link_ceiling() -> tuple[float | None, str]:
     return None, ""
 
 
-def bandwidth(nprocs: int, backend: str) -> Row:
+def _figure(make, *args) -> dict[str, str]:
+    """A picture for ``--html``; none, rather than a failed check, if it cannot be drawn."""
+    try:
+        return make(*args)
+    except Exception:  # noqa: BLE001 -- no matplotlib, no display: the table still stands
+        return {}
+
+
+def bandwidth(nprocs: int, backend: str, curve: bool = False):
+    """The bandwidth row; with ``curve``, sizes from 1 MiB to 1 GiB too, and their picture
+    (``(row, {"bandwidth": png})``)."""
     t0 = time.monotonic()
     if backend != "nccl":
         return _row("bandwidth", t0, SKIP, f"ranks on {backend} (the CPU): no GPU links to hold "
@@ -259,13 +269,19 @@ def bandwidth(nprocs: int, backend: str) -> Row:
     ceiling, how = link_ceiling()
     from ..bench import sweep
 
-    df = sweep("all_reduce", BANDWIDTH_BYTES, BANDWIDTH_BYTES, nprocs=nprocs, backend="nccl",
-               iters=10, warmup=3, progress=False)
-    busbw = float(df["ip_busbw"].max())
+    df = sweep("all_reduce", 1 << 20 if curve else BANDWIDTH_BYTES, BANDWIDTH_BYTES, factor=4,
+               nprocs=nprocs, backend="nccl", iters=10, warmup=3, progress=False)
+    busbw = float(df.loc[df["size"] == BANDWIDTH_BYTES, "ip_busbw"].max())
+    figs = {}
+    if curve:
+        from .figures import bandwidth_png
+
+        figs = _figure(lambda: {"bandwidth": bandwidth_png(
+            list(df["size"]), list(df["ip_busbw"]), ceiling, PASS_FRACTION, HEALTHY_FRACTION)})
     if ceiling is None:
         return _row("bandwidth", t0, SKIP, f"1 GiB all_reduce busbw {busbw:.1f} GB/s; the links' "
                     "ceiling is unknown here (no nvidia-smi nvlink, no NVML)",
-                    todo="pip install nvidia-ml-py")
+                    todo="pip install nvidia-ml-py"), figs
     verdict = bandwidth_verdict(busbw, ceiling)
     return _row("bandwidth", t0, verdict,
                 f"1 GiB all_reduce busbw {busbw:.1f} GB/s = {busbw / ceiling:.2f} of the ceiling",
@@ -273,7 +289,8 @@ def bandwidth(nprocs: int, backend: str) -> Row:
                 f"{HEALTHY_FRACTION:.2f}, with NCCL_P2P_DISABLE=1 0.06",
                 "data/h200x2-nccl-tests, data/h200x2-tuning",
                 "" if verdict == PASS else "look at the transport NCCL chose (NCCL_DEBUG=INFO: "
-                "'via P2P' or 'via SHM'), the variables above, and the topology (sections 02, 03, 06)")
+                "'via P2P' or 'via SHM'), the variables above, and the topology (sections 02, 03, 06)"
+                ), figs
 
 
 # -- 5. the failure path -------------------------------------------------------------------------
@@ -348,7 +365,8 @@ def p2p_verdict(rows: list[dict], ceiling: float | None) -> tuple[str, str]:
     return PASS, ""
 
 
-def p2p(nprocs: int, backend: str) -> Row:
+def p2p(nprocs: int, backend: str):
+    """The P2P row and its picture (``(row, {"p2p": png})``)."""
     t0 = time.monotonic()
     if backend != "nccl":
         return _row("p2p", t0, SKIP, f"ranks on {backend} (the CPU): no GPU pairs to copy "
@@ -365,10 +383,12 @@ def p2p(nprocs: int, backend: str) -> Row:
     expected = (f"every pair >= {SLOW_PAIR:.2f} of the median, with peer access"
                 + (f"; the slowest >= {PASS_FRACTION:.2f} of {ceiling:.0f} GB/s ({how})"
                    if ceiling else "") + f"; healthy 2x H200 copied at {HEALTHY_COPY_FRACTION:.2f}")
+    from .figures import p2p_png
+
     return _row("p2p", t0, verdict, said, expected, "data/h200x2-bandwidth/p2p.csv",
                 "" if verdict == PASS else "`dtlab bench --p2p` for the whole matrix; "
                 "`nvidia-smi topo -m` and `nvidia-smi nvlink -s` for the slow pair's links "
-                "(sections 02, 03)")
+                "(sections 02, 03)"), _figure(lambda: {"p2p": p2p_png(rows)})
 
 
 # -- 7. small-message latency (standard) ---------------------------------------------------------
@@ -448,21 +468,25 @@ def run(level: str = "quick", nprocs: int | None = None, progress: bool = False)
     rows = []
     checks = [("software", software), ("gpus", gpus),
               ("collectives", lambda: collectives(nprocs, backend)),
-              ("bandwidth", lambda: bandwidth(nprocs, backend)),
+              ("bandwidth", lambda: bandwidth(nprocs, backend, curve=level != "quick")),
               ("failure", lambda: failure_path(nprocs, backend))]
     if level == "standard":
         checks += [("p2p", lambda: p2p(nprocs, backend)),
                    ("latency", lambda: latency(nprocs, backend)),
                    ("parity", lambda: parity(nprocs, backend))]
+    figures = {}
     for name, fn in checks:
         if progress:
             print(f"dtlab check: {name} ...", flush=True)
         t0 = time.monotonic()
         try:
-            rows.append(fn())
+            got = fn()
+            row, figs = got if isinstance(got, tuple) else (got, {})
+            rows.append(row)
+            figures.update(figs)
         except Exception as e:  # noqa: BLE001 -- a check that cannot run is the finding
             rows.append(_row(name, t0, FAIL, f"could not run: {type(e).__name__}: "
                              f"{str(e).strip().splitlines()[0][:300] if str(e).strip() else ''}",
                              todo="run that part alone (dtlab validate, dtlab bench, dtlab hang) "
                                   "to see its whole error"))
-    return Report(rows, level=level, backend=backend, nprocs=nprocs)
+    return Report(rows, level=level, backend=backend, nprocs=nprocs, figures=figures)

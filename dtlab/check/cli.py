@@ -1,5 +1,6 @@
-"""``dtlab check [--level quick|standard] [--json] [--nprocs N]`` (dtlab/cli.py calls in): the table, or
-its rows as JSON; exit 0 when nothing is WARN or FAIL, 1 otherwise, 2 for bad arguments."""
+"""``dtlab check [--level quick|standard] [--json] [--html FILE] [--nprocs N]`` (dtlab/cli.py calls
+in): the table, or its rows as JSON, and with ``--html`` the same as one self-contained page with
+the checks' pictures; exit 0 when nothing is WARN or FAIL, 1 otherwise, 2 for bad arguments."""
 
 from __future__ import annotations
 
@@ -14,6 +15,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "(default quick; full is not built yet)")
     p.add_argument("--nprocs", type=int, help="ranks (default: every GPU, else 2 on the CPU)")
     p.add_argument("--json", action="store_true", help="the rows as JSON")
+    p.add_argument("--html", metavar="FILE", help="also write the report as one self-contained "
+                   "HTML page, with the pictures (busbw against the ceiling and the P2P matrix "
+                   "at --level standard)")
 
 
 def check(args) -> None:
@@ -23,6 +27,10 @@ def check(args) -> None:
                          f"is not built yet)")
     if args.nprocs is not None and args.nprocs < 2:
         raise ValueError(f"--nprocs {args.nprocs}: a check of collectives needs at least 2 ranks")
+    if args.html:
+        from ..paths import check_output_file
+
+        check_output_file(args.html, "--html")
 
 
 def run(args) -> int:
@@ -30,4 +38,9 @@ def run(args) -> int:
 
     rep = run_checks(args.level, args.nprocs, progress=not args.json)
     print(json.dumps(rep.to_dict(), indent=1) if args.json else rep.render())
+    if args.html:
+        with open(args.html, "w") as f:
+            f.write(rep.to_html())
+        if not args.json:
+            print(f"wrote {args.html}")
     return rep.exit_status

@@ -113,3 +113,28 @@ def test_the_standard_level_on_this_machine(capsys, no_orphans):
     assert rows["p2p"]["verdict"] == SKIP and rows["latency"]["verdict"] == SKIP
     assert rows["parity"]["verdict"] == PASS and "max |diff|" in rows["parity"]["measured"]
     assert status in (0, 1)
+
+
+def test_the_html_report_is_one_page_with_the_pictures(tmp_path, capsys):
+    """--html: the table as one page; the pictures made from recorded measurements (the P2P
+    matrix of a healthy 2x H200, data/h200x2-bandwidth/p2p.csv) are inside it, not beside it."""
+    import base64
+
+    from dtlab.check import Report, Row
+    from dtlab.check.figures import bandwidth_png, p2p_png
+
+    rows = [dict(r, bi_GBps=0.0, latency_us=0.0, size=1 << 28) for r in H200_P2P]
+    figs = {"p2p": p2p_png(rows),
+            "bandwidth": bandwidth_png([1 << 20, 1 << 30], [49.7, 327.4], NV18, 0.60, 0.73)}
+    for png in figs.values():
+        assert base64.b64decode(png)[:8] == b"\x89PNG\r\n\x1a\n"
+    rep = Report([Row("p2p", PASS, "2 ordered pairs <ok>", "", "", ""),
+                  Row("latency", WARN, "31.5 us", "<= 16 us", "data/x", "look")],
+                 level="standard", backend="nccl", nprocs=2, figures=figs)
+    page = rep.to_html()
+    assert page.count("<img") == 2 and "&lt;ok&gt;" in page and "look at: latency" in page
+    assert "src='http" not in page and "<script" not in page  # nothing to fetch
+    out = tmp_path / "check.html"
+    assert main(["check", "--html", str(out)]) in (0, 1)
+    assert "<table>" in out.read_text() and f"wrote {out}" in capsys.readouterr().out
+    assert main(["check", "--html", str(tmp_path / "no" / "x.html")]) == 2  # refused first
