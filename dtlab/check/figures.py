@@ -45,7 +45,7 @@ def bandwidth_png(sizes: list[int], busbw: list[float], ceiling: float | None,
         ax.axhline(healthy_fraction * ceiling, color="g", ls="--", lw=1,
                    label=f"a healthy recorded machine ({healthy_fraction:.2f})")
         ax.axhline(pass_fraction * ceiling, color="orange", ls=":", lw=1,
-                   label=f"PASS from {pass_fraction:.2f}")
+                   label=f"PASS, at 1 GiB, from {pass_fraction:.2f}")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("message size (bytes)")
     ax.set_ylabel("busbw (GB/s)")
