@@ -55,16 +55,17 @@ AT_START = ("PYTHON", "LD_", "MALLOC_", "OMP_", "MKL_", "OPENBLAS_", "KMP_", "GO
             "TORCH_CPP_LOG", "TORCH_LOGS", "TORCH_SHOW_CPP")
 _ZYGOTES: dict[tuple, Zygote] = {}
 _ZYGOTES_LOCK = threading.Lock()
-_COLD_WHY: list[str] = []  # why warm starts are off in this process, once found
+_COLD_WHY: list[str] = []  # why the zygote is off in this process, once found
 
 
 def rank_zygote(env: dict[str, str]) -> Zygote | None:
-    """The zygote this process's ranks with environment ``env`` fork from (started on first
-    use), or None where ranks start cold (off, not Linux, or the zygote would not start)."""
+    """The zygote this process's ranks with environment ``env`` (on top of this process's) fork
+    from, started on first use; None where ranks start as fresh interpreters (off, not Linux,
+    or the zygote would not start)."""
     if os.environ.get("DTLAB_RANK_ZYGOTE", "1") == "0" or not sys.platform.startswith("linux") \
             or _COLD_WHY:
         return None
-    at_start = {k: v for k, v in env.items() if k.startswith(AT_START)}
+    at_start = {k: v for k, v in {**os.environ, **env}.items() if k.startswith(AT_START)}
     key = (sys.executable, os.getcwd(), tuple(sorted(at_start.items())))
     with _ZYGOTES_LOCK:
         z = _ZYGOTES.get(key)
@@ -78,7 +79,8 @@ def rank_zygote(env: dict[str, str]) -> Zygote | None:
             z = Zygote(list(WARM_PRELOAD), full_env={**os.environ, **at_start}, cwd=key[1])
         except (OSError, RuntimeError) as e:
             _COLD_WHY.append(str(e))
-            logging.getLogger(__name__).warning("dtlab: ranks start cold (%s)", e)
+            logging.getLogger(__name__).warning("dtlab: ranks start as fresh interpreters (the "
+                                                "rank zygote did not start: %s)", e)
             return None
         _ZYGOTES[key] = z
         return z

@@ -81,3 +81,13 @@ def test_a_dead_zygote_ends_its_ranks_not_the_launch(no_orphans):
     with pytest.raises(dtlab.RankError):
         dtlab.run(stuck, nprocs=2, backend="gloo", timeout=60)
     assert dtlab.run(lambda: 7, nprocs=2, backend="gloo").values == [7, 7]
+
+
+def test_a_start_up_variable_of_the_launcher_itself_counts_too(monkeypatch, no_orphans):
+    """Set in this process's environment between two launches (a notebook's os.environ), not
+    through env=: the second launch must not fork from the first one's zygote."""
+    monkeypatch.delenv("PYTHONDONTWRITEBYTECODE", raising=False)
+    first = dtlab.run(lambda: sys.flags.dont_write_bytecode, nprocs=1, backend="gloo").values
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    second = dtlab.run(lambda: sys.flags.dont_write_bytecode, nprocs=1, backend="gloo").values
+    assert (first, second) == ([0], [1])
