@@ -120,6 +120,7 @@ class Answer:
                                         dir=self.ctx.work if self.ctx else None)
         self._box = None
         self._proc = None
+        self._forwarder = None  # the thread that copies its prints into the cell (_forward)
         self._printed = [0]
         self._start()
         _LIVE[name] = weakref.ref(self)
@@ -145,8 +146,9 @@ class Answer:
             self._box = sandbox_box(self.ctx)
             self._proc = self._box.spawn_warm(zygote, LEARNER_MAIN, script, self._view(), path,
                                               **stdio)
-        threading.Thread(target=_forward, args=(self._proc.stderr, self.name, self._printed),
-                         daemon=True).start()
+        self._forwarder = threading.Thread(target=_forward, daemon=True,
+                                           args=(self._proc.stderr, self.name, self._printed))
+        self._forwarder.start()
 
     def _view(self):
         from ..runtime.sandbox import View
@@ -255,6 +257,12 @@ class Answer:
         if self._box is not None:
             self._box.close()
             self._box = None
+        # every line it printed is written out now, in the cell that closes it: one still on its
+        # way would land in the next cell, before that cell's hidden tests begin, and reach the
+        # feedback (sixth red team: 1 MiB printed just before the end)
+        forwarder, self._forwarder = self._forwarder, None
+        if forwarder is not None and forwarder is not threading.current_thread():
+            forwarder.join(10)
         shutil.rmtree(self._inputs, ignore_errors=True)
 
     def __enter__(self) -> "Answer":

@@ -158,3 +158,26 @@ def test_worlds_of_an_earlier_dtlab_are_pruned_once_idle(tmp_path):
     os.utime(w.root, (0, 0))
     assert world.world(("dtlab.bench",), cache=str(tmp_path)).root == w.root
     assert time.time() - os.stat(w.root).st_mtime < 60  # in use: touched, not pruned
+
+
+def test_what_an_answer_prints_is_all_out_when_it_is_closed(monkeypatch, capsys, no_orphans):
+    """Sixth red team: what a process printed just before it was closed (a pipe enlarged to
+    1 MiB holds it all) was still being copied after close() returned, into whichever cell ran
+    next -- before that cell's hidden tests begin, so into the feedback. close() now returns
+    once everything is written."""
+    monkeypatch.delenv(context.ENV, raising=False)
+    cell = "<ipython-input-late>"
+    source = ("def late():\n    import fcntl, sys\n"
+              "    try:\n        fcntl.fcntl(2, 1031, 1 << 20)  # F_SETPIPE_SZ\n"
+              "    except OSError:\n        pass\n"
+              "    for k in range(1000):\n        print('late', k, 'x' * 1000, file=sys.stderr)\n"
+              "    return 1\n")
+    linecache.cache[cell] = (len(source), None, source.splitlines(True), cell)
+    ns = {"__name__": "__main__"}
+    exec(compile(source, cell, "exec"), ns)
+    try:
+        with Answer("late", caller=ns) as late:
+            assert late() == 1
+        assert "late 999 " in capsys.readouterr().out
+    finally:
+        del linecache.cache[cell]
