@@ -60,7 +60,7 @@ GRADING = Elsewhere("a grading step's path: dtlab/course/cli.py beyond report is
 # leaf subcommand -> (its argv up to the path, {option: what the path is}); {} reads no path
 SUBCOMMANDS = {
     "doctor": ([], {}),
-    "check": ([], {}), "validate": ([], {}), "parity": ([], {}),
+    "check": (["check"], {"--html": Writes()}), "validate": ([], {}), "parity": ([], {}),
     "multinode script": ([], {}), "multinode simulate": ([], {}), "capstone train": ([], {}),
     "topo": (["topo"], {"file": Reads()}),
     "nccl-tests": (["nccl-tests"], {"files": Reads()}),
