@@ -251,22 +251,23 @@ def link_ceiling() -> tuple[float | None, str]:
     return None, ""
 
 
-def _figure(make, *args) -> dict[str, str]:
+def _figure(make) -> dict[str, str]:
     """A picture for ``--html``; none, rather than a failed check, if it cannot be drawn."""
     try:
-        return make(*args)
+        return make()
     except Exception:  # noqa: BLE001 -- no matplotlib, no display: the table still stands
         return {}
 
 
-def bandwidth(nprocs: int, backend: str, curve: bool = False):
+def bandwidth(nprocs: int, backend: str, curve: bool = False, links=None):
     """The bandwidth row; with ``curve``, sizes from 1 MiB to 1 GiB too, and their picture
-    (``(row, {"bandwidth": png})``)."""
+    (``(row, {"bandwidth": png})``). ``links``: :func:`link_ceiling`'s answer, when the caller
+    has it already."""
     t0 = time.monotonic()
     if backend != "nccl":
         return _row("bandwidth", t0, SKIP, f"ranks on {backend} (the CPU): no GPU links to hold "
                     "a measurement to", todo="run on a machine with 2 or more GPUs")
-    ceiling, how = link_ceiling()
+    ceiling, how = links or link_ceiling()
     from ..bench import sweep
 
     df = sweep("all_reduce", 1 << 20 if curve else BANDWIDTH_BYTES, BANDWIDTH_BYTES, factor=4,
@@ -365,8 +366,8 @@ def p2p_verdict(rows: list[dict], ceiling: float | None) -> tuple[str, str]:
     return PASS, ""
 
 
-def p2p(nprocs: int, backend: str):
-    """The P2P row and its picture (``(row, {"p2p": png})``)."""
+def p2p(nprocs: int, backend: str, links=None):
+    """The P2P row and its picture (``(row, {"p2p": png})``); ``links`` as for :func:`bandwidth`."""
     t0 = time.monotonic()
     if backend != "nccl":
         return _row("p2p", t0, SKIP, f"ranks on {backend} (the CPU): no GPU pairs to copy "
@@ -374,7 +375,7 @@ def p2p(nprocs: int, backend: str):
     from ..bench import p2p_matrix
 
     rows = p2p_matrix(size=P2P_BYTES, iters=10, warmup=2).to_dict("records")
-    ceiling, how = link_ceiling()
+    ceiling, how = links or link_ceiling()
     verdict, wrong = p2p_verdict(rows, ceiling)
     lo = min(rows, key=lambda r: r["uni_GBps"])
     hi = max(r["uni_GBps"] for r in rows)
@@ -407,7 +408,7 @@ def latency_verdict(median_us: float, nvlink: bool) -> str:
     return PASS if median_us <= 2 * LATENCY_FLOOR_US else WARN
 
 
-def latency(nprocs: int, backend: str) -> Row:
+def latency(nprocs: int, backend: str, links=None) -> Row:
     t0 = time.monotonic()
     if backend != "nccl":
         return _row("latency", t0, SKIP, f"ranks on {backend} (the CPU): CUDA graphs need "
@@ -417,7 +418,7 @@ def latency(nprocs: int, backend: str) -> Row:
     df = sweep("all_reduce", *LATENCY_SIZES, nprocs=nprocs, backend="nccl", iters=20, warmup=5,
                graph=True, progress=False)
     med = float(df["ip_time_us"].median())
-    ceiling, how = link_ceiling()
+    ceiling, how = links or link_ceiling()
     nvlink = how.startswith("NVLink")
     verdict = latency_verdict(med, nvlink)
     said = f"all_reduce 8 B-1 KiB in CUDA graphs: median {med:.1f} us per call"
@@ -465,14 +466,18 @@ def run(level: str = "quick", nprocs: int | None = None, progress: bool = False)
         nprocs = ngpu if backend == "nccl" else 2
     nprocs = whole("nprocs", nprocs, 2, ngpu if backend == "nccl" else 64,
                    "one rank per GPU" if backend == "nccl" else "gloo ranks on this CPU")
+    try:  # the links' ceiling, found once for the checks that hold a measurement to it
+        links = link_ceiling() if backend == "nccl" else None
+    except Exception:  # noqa: BLE001 -- each such check then finds it itself, and fails there
+        links = None
     rows = []
     checks = [("software", software), ("gpus", gpus),
               ("collectives", lambda: collectives(nprocs, backend)),
-              ("bandwidth", lambda: bandwidth(nprocs, backend, curve=level != "quick")),
+              ("bandwidth", lambda: bandwidth(nprocs, backend, level != "quick", links)),
               ("failure", lambda: failure_path(nprocs, backend))]
     if level == "standard":
-        checks += [("p2p", lambda: p2p(nprocs, backend)),
-                   ("latency", lambda: latency(nprocs, backend)),
+        checks += [("p2p", lambda: p2p(nprocs, backend, links)),
+                   ("latency", lambda: latency(nprocs, backend, links)),
                    ("parity", lambda: parity(nprocs, backend))]
     figures = {}
     for name, fn in checks:

@@ -97,7 +97,6 @@ class RankProcs:
         self.handles: dict = {}  # rank -> its process (Popen, or zygote.Forked when warm)
         self.files: dict[int, tuple[str, str]] = {}  # rank -> (stdout, stderr) log files
         self.error_files: dict[int, str] = {}
-        self.warm = False
         self.exit_codes: dict[int, int | None] = dict.fromkeys(envs)
         self.exit_times: dict[int, float] = {}
         self.stopped: set[int] = set()
@@ -148,7 +147,6 @@ class RankProcs:
     def _start_warm(self, z: Zygote) -> None:
         """Fork each rank from ``z``, with what ``start_processes`` would give it: this
         process's environment plus the rank's, its log files, its error file."""
-        self.warm = True
         cwd = os.getcwd()
         for r, env in self.envs.items():
             d = os.path.join(self.log_dir, str(r))

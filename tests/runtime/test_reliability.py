@@ -36,6 +36,23 @@ def _pids(pid_file: str, n: int, timeout: float = 60.0) -> list[int]:
     raise AssertionError(f"ranks did not report their children in {timeout} s")
 
 
+def _chain_alive(pid_file: str) -> list[int]:
+    """The pids of start_a_reforking_chain's generations (both ranks') still running."""
+    pids = [int(x) for f in glob.glob(pid_file + ".*") for x in open(f).read().split()]
+    return [p for p in pids if not pid_gone(p, 0.01)]
+
+
+def _end_chain(pid_file: str, rounds: int) -> None:
+    """A survivor keeps changing its pid: kill what is alive, again, until none is left."""
+    for _ in range(rounds):
+        for p in _chain_alive(pid_file):
+            try:
+                os.kill(p, signal.SIGKILL)
+            except OSError:
+                pass
+        time.sleep(0.01)
+
+
 # -- the parent dies ---------------------------------------------------------------------------
 
 PARENT = textwrap.dedent("""
@@ -105,22 +122,11 @@ def test_a_reforking_chain_ends_when_its_launcher_is_killed(tmp_path, zygote):
         parent.kill()
         parent.wait(10)
         time.sleep(3.0)  # the reaper and the guards have had their turn; a survivor forks on
-
-        def alive():
-            pids = [int(x) for r in range(2) for x in open(f"{pid_file}.{r}").read().split()]
-            return [p for p in pids if not pid_gone(p, 0.01)]
-
-        left = alive()
+        left = _chain_alive(pid_file)
     finally:
         parent.kill()
         parent.wait()
-        for _ in range(100):  # a survivor keeps changing its pid: kill until none is left
-            for p in alive():
-                try:
-                    os.kill(p, signal.SIGKILL)
-                except OSError:
-                    pass
-            time.sleep(0.01)
+        _end_chain(pid_file, 100)
     assert left == [], "a re-forking chain outlived its killed launcher"
 
 
@@ -181,19 +187,8 @@ def test_a_reforking_chain_that_ignores_sigterm_ends_with_the_run(tmp_path):
     pid_file = str(tmp_path / "pids")
     assert dtlab.run(start_a_reforking_chain, pid_file, nprocs=2, backend="gloo").values == [0, 1]
     time.sleep(0.3)  # a surviving chain would have forked again by now
-
-    def alive():
-        pids = [int(x) for r in range(2) for x in open(f"{pid_file}.{r}").read().split()]
-        return [p for p in pids if not pid_gone(p, 0.01)]
-
-    left = alive()
-    for _ in range(50):  # a survivor keeps changing its pid: kill until none is left
-        for p in alive():
-            try:
-                os.kill(p, signal.SIGKILL)
-            except OSError:
-                pass
-        time.sleep(0.01)
+    left = _chain_alive(pid_file)
+    _end_chain(pid_file, 50)
     assert left == [], "a re-forking chain outlived the run"
 
 
