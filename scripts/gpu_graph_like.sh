@@ -8,7 +8,9 @@
 # NCCL_P2P_DIRECT_DISABLE=1 (files *_nodirect*): nccl-tests drives both GPUs from one process,
 # where NCCL reaches the peer's buffers through direct pointers; dtlab's ranks are two processes,
 # which never can. And NCCL_DEBUG=INFO (INIT,P2P) of one 8 B call of each side, for the
-# transports and communicators each used (transports_*.txt, in rounds.tgz).
+# transports and communicators each used (transports_*.txt, in rounds.tgz). PROCS=1 adds NCCL
+# alone, one rank per process (scripts/nccl_sendrecv_procs.cu, files *_procs_*): sendrecv as
+# dtlab's ranks run it, without torch, so a gap splits into torch's part and the processes' part.
 #
 #   bash scripts/gpu_graph_like.sh OUT_DIR NCCL_TESTS_SRC
 #
@@ -30,6 +32,12 @@ rm -rf /tmp/nt && cp -r "$SRC" /tmp/nt
 timeout 300 make -C /tmp/nt -j 16 MPI=0 NCCL_HOME="$NCCL_HOME" CUDA_HOME=${CUDA_HOME:-/usr/local/cuda} \
   NVCC_GENCODE="-gencode=arch=compute_90,code=sm_90" > "$OUT/build.txt" 2>&1
 log "nccl-tests build: exit $?"
+if [ -n "${PROCS:-}" ]; then
+  nvcc -O2 -o /tmp/sr_procs scripts/nccl_sendrecv_procs.cu -I"$NCCL_HOME/include" -L"$NCCL_HOME/lib" \
+    -lnccl -gencode=arch=compute_90,code=sm_90 >> "$OUT/build.txt" 2>&1; log "procs build: exit $?"
+  NCCL_GRAPH_MIXING_SUPPORT=0 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,P2P timeout 60 /tmp/sr_procs \
+    "$NGPU" 8 8 1 > "$OUT/r0_transports_procs.txt" 2>&1; log "procs transports: exit $?"
+fi
 if [ -n "${DIRECT:-}" ]; then
   for v in "" NCCL_P2P_DIRECT_DISABLE=1; do
     env NCCL_GRAPH_MIXING_SUPPORT=0 NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,P2P $v timeout 60 \
@@ -51,6 +59,10 @@ for r in 1 2 3; do
         log "r$r nccl-tests $op -G $g mixing off, P2P direct off: exit $?"
       fi
     done
+    if [ -n "${PROCS:-}" ]; then
+      NCCL_GRAPH_MIXING_SUPPORT=0 timeout 60 /tmp/sr_procs "$NGPU" 8 65536 $g \
+        > "$OUT/r${r}_procs_sendrecv_G$g.txt" 2>&1; log "r$r NCCL alone, processes, -G $g: exit $?"
+    fi
     timeout 180 python3 -c "import sys; from dtlab import bench
 df = bench.sweep(['all_reduce', 'sendrecv'], 8, '64K', nprocs=$NGPU, graph=$g)
 df.to_csv(sys.argv[1], index=False)" "$OUT/r${r}_dtlab_G$g.csv" > "$OUT/r${r}_dtlab_G$g.txt" 2>&1
