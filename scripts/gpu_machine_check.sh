@@ -4,6 +4,7 @@
 #   [LEVEL=standard] [CASES="clean p2p_off"] bash scripts/gpu_machine_check.sh OUT_DIR
 # OUT_DIR/machine.txt, check_<case>.txt (the table, its exit status last), and checks.tgz
 # holding those with each case's --json output and stderr.
+# The full level and the cross-node part (torchrun, a duplicate GPU): scripts/gpu_check_full.sh.
 # NVLink multicast stays off throughout (the lent machines' rule).
 set -uo pipefail
 out=${1:?OUT_DIR}; mkdir -p "$out"

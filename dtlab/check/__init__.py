@@ -11,6 +11,7 @@ it)::
 
     $ dtlab check                 # quick: the table
     $ dtlab check --level standard  # and the P2P matrix, small-message latency, DDP parity
+    $ dtlab check --level full    # and GPU-NUMA-NIC affinity, the ring's slowest hop
     $ dtlab check --json          # the same rows, for scripts
     $ dtlab check --nprocs 4      # ranks (default: the GPUs, else 2 on the CPU)
 
@@ -44,8 +45,29 @@ The standard level adds:
 8. ``parity``      -- DDP on the ranks against one process, 8 steps in float64
                       (:func:`dtlab.parity.compare`), within the float64 tolerance.
 
-Not yet here (the issue's full level): the topology's affinity and ring bottleneck, and the
-multi-node part.
+The full level adds (:mod:`.full`; on the CPU each SKIPs, saying why):
+
+9. ``affinity``    -- from ``nvidia-smi topo -m``: each rank's CPUs (``os.sched_getaffinity``
+                      in the ranks) against its GPU's NUMA node (CPU Affinity, else the node's
+                      CPUs from /sys), GPUs matched to the matrix by PCI bus id; each GPU's
+                      nearest NIC (PIX < PXB < PHB < NODE < SYS) among those ``NCCL_IB_HCA``
+                      leaves. WARN for a rank on no CPU of its GPU's node, or a GPU whose NIC is
+                      across the SMP interconnect (SYS) while a closer one exists; what the
+                      matrix does not say is reported as unsure;
+10. ``ring``       -- the ring NCCL would plausibly build (slowest hop fastest, as its search
+                      prefers), its slowest hop, link and nominal ceiling
+                      (:func:`dtlab.topology.predict_pairs`), against the bandwidth row's busbw:
+                      WARN below 0.60 of it (not the topology's doing); above it, the note says
+                      NCCL's other rings (channels) made the prediction unsure;
+11. ``multinode``  -- a SKIP saying how to run the cross-node part: ``python -m dtlab.check``
+                      under torchrun on every node is :mod:`dtlab.multinode.check` (every rank
+                      present, no duplicate GPU, within- vs across-node all_reduce against the
+                      NIC's line rate): ``dtlab multinode script --entry "-m dtlab.check"``;
+                      rehearsed on one machine by ``dtlab multinode simulate``.
+
+A check that could not run is a FAIL naming what NCCL or CUDA named (:mod:`.failures`): a
+duplicate GPU -- two ranks on one device, NCCL's "Duplicate GPU detected" -- or a GPU hidden from
+a rank ("invalid device ordinal"), both from ranks shown different ``CUDA_VISIBLE_DEVICES``.
 """
 
 from __future__ import annotations

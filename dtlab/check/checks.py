@@ -1,7 +1,8 @@
 """The checks of ``dtlab check`` (the package docstring lists them), each a function that returns
 one :class:`~.report.Row`, and the verdict rules they use, kept apart from the measuring so that
 tests can hold them to recorded inputs (:func:`bandwidth_verdict`, :func:`env_rows`,
-:func:`collectives_verdict`)."""
+:func:`collectives_verdict`); the full level's are in :mod:`.full`, and a check that could not
+run is named by :mod:`.failures` where its error has a name."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import time
 from ..topology.live import nvidia_smi
 from .report import FAIL, PASS, SKIP, WARN, Report, Row
 
-LEVELS = ("quick", "standard")
+LEVELS = ("quick", "standard", "full")
 
 # A healthy machine's 1 GiB all_reduce busbw as a fraction of its links' ceiling (per direction):
 # 2x H200 NV18, ceiling 18 x 25 GB/s = 450 GB/s: nccl-tests 327.4 GB/s (0.73,
@@ -259,10 +260,12 @@ def _figure(make) -> dict[str, str]:
         return {}
 
 
-def bandwidth(nprocs: int, backend: str, curve: bool = False, links=None):
+def bandwidth(nprocs: int, backend: str, curve: bool = False, links=None,
+              into: dict | None = None):
     """The bandwidth row; with ``curve``, sizes from 1 MiB to 1 GiB too, and their picture
     (``(row, {"bandwidth": png})``). ``links``: :func:`link_ceiling`'s answer, when the caller
-    has it already."""
+    has it already; ``into`` gets the measured ``busbw`` (the full level's ring holds it to the
+    ring's slowest hop)."""
     t0 = time.monotonic()
     if backend != "nccl":
         return _row("bandwidth", t0, SKIP, f"ranks on {backend} (the CPU): no GPU links to hold "
@@ -273,6 +276,8 @@ def bandwidth(nprocs: int, backend: str, curve: bool = False, links=None):
     df = sweep("all_reduce", 1 << 20 if curve else BANDWIDTH_BYTES, BANDWIDTH_BYTES, factor=4,
                nprocs=nprocs, backend="nccl", iters=10, warmup=3, progress=False)
     busbw = float(df.loc[df["size"] == BANDWIDTH_BYTES, "ip_busbw"].max())
+    if into is not None:
+        into["busbw"] = busbw
     figs = {}
     if curve:
         from .figures import bandwidth_png
@@ -448,14 +453,30 @@ def parity(nprocs: int, backend: str) -> Row:
                 "part (section 05)")
 
 
+# -- a check that could not run ---------------------------------------------------------------
+
+def could_not_run(name: str, t0: float, e: BaseException) -> Row:
+    """The FAIL row of a check that raised: what failed by its name where NCCL or CUDA gives it
+    one (:func:`.failures.name_failure`: a duplicate GPU, a hidden one), else the error's first
+    line."""
+    from .failures import error_text, name_failure
+
+    named = name_failure(error_text(e))
+    if named:
+        return _row(name, t0, FAIL, f"could not run: {named[0]}", todo=named[1])
+    first = str(e).strip().splitlines()[0][:300] if str(e).strip() else ""
+    return _row(name, t0, FAIL, f"could not run: {type(e).__name__}: {first}",
+                todo="run that part alone (dtlab validate, dtlab bench, dtlab hang) to see its "
+                     "whole error")
+
+
 # -- the level ------------------------------------------------------------------------------------
 
 def run(level: str = "quick", nprocs: int | None = None, progress: bool = False) -> Report:
     """Every check of ``level`` on ``nprocs`` ranks (default: the GPUs if there are 2 or more,
     else 2 ranks on gloo)."""
     if level not in LEVELS:
-        raise ValueError(f"--level {level!r}: choose {' or '.join(LEVELS)} (the full level is "
-                         f"not built yet)")
+        raise ValueError(f"--level {level!r}: choose {', '.join(LEVELS[:-1])} or {LEVELS[-1]}")
     import torch
 
     from ..limits import whole
@@ -470,15 +491,22 @@ def run(level: str = "quick", nprocs: int | None = None, progress: bool = False)
         links = link_ceiling() if backend == "nccl" else None
     except Exception:  # noqa: BLE001 -- each such check then finds it itself, and fails there
         links = None
-    rows = []
+    rows, measured = [], {}
     checks = [("software", software), ("gpus", gpus),
               ("collectives", lambda: collectives(nprocs, backend)),
-              ("bandwidth", lambda: bandwidth(nprocs, backend, level != "quick", links)),
+              ("bandwidth", lambda: bandwidth(nprocs, backend, level != "quick", links, measured)),
               ("failure", lambda: failure_path(nprocs, backend))]
-    if level == "standard":
+    if level in ("standard", "full"):
         checks += [("p2p", lambda: p2p(nprocs, backend, links)),
                    ("latency", lambda: latency(nprocs, backend, links)),
                    ("parity", lambda: parity(nprocs, backend))]
+    if level == "full":
+        from . import full
+
+        checks += [("affinity", lambda: full.affinity(nprocs, backend)),
+                   ("ring", lambda: full.ring(nprocs, backend, measured.get("busbw"),
+                                              PASS_FRACTION)),
+                   ("multinode", lambda: full.multinode(nprocs, backend))]
     figures = {}
     for name, fn in checks:
         if progress:
@@ -490,8 +518,5 @@ def run(level: str = "quick", nprocs: int | None = None, progress: bool = False)
             rows.append(row)
             figures.update(figs)
         except Exception as e:  # noqa: BLE001 -- a check that cannot run is the finding
-            rows.append(_row(name, t0, FAIL, f"could not run: {type(e).__name__}: "
-                             f"{str(e).strip().splitlines()[0][:300] if str(e).strip() else ''}",
-                             todo="run that part alone (dtlab validate, dtlab bench, dtlab hang) "
-                                  "to see its whole error"))
+            rows.append(could_not_run(name, t0, e))
     return Report(rows, level=level, backend=backend, nprocs=nprocs, figures=figures)

@@ -1,6 +1,7 @@
-"""``dtlab check [--level quick|standard] [--json] [--html FILE] [--nprocs N]`` (dtlab/cli.py calls
-in): the table, or its rows as JSON, and with ``--html`` the same as one self-contained page with
-the checks' pictures; exit 0 when nothing is WARN or FAIL, 1 otherwise, 2 for bad arguments."""
+"""``dtlab check [--level quick|standard|full] [--json] [--html FILE] [--nprocs N]`` (dtlab/cli.py
+calls in): the table, or its rows as JSON, and with ``--html`` the same as one self-contained page
+with the checks' pictures; exit 0 when nothing is WARN or FAIL, 1 otherwise, 2 for bad arguments.
+The cross-node part is ``python -m dtlab.check`` under torchrun (:mod:`dtlab.check.__main__`)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,10 @@ from .checks import LEVELS
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--level", default="quick", help=f"how much to check: {', '.join(LEVELS)} "
-                   "(default quick; full is not built yet)")
+                   "(default quick; standard adds the P2P matrix, small-message latency and DDP "
+                   "parity; full adds GPU-NUMA-NIC affinity, the ring's slowest hop, and how to "
+                   "run the cross-node part: `python -m dtlab.check` under torchrun on every node, "
+                   "e.g. from `dtlab multinode script --entry '-m dtlab.check'`)")
     p.add_argument("--nprocs", type=int, help="ranks (default: every GPU, else 2 on the CPU)")
     p.add_argument("--json", action="store_true", help="the rows as JSON")
     p.add_argument("--html", metavar="FILE", help="also write the report as one self-contained "
@@ -23,8 +27,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def check(args) -> None:
     """Refuse bad arguments before anything runs (ValueError: one line, exit 2)."""
     if args.level not in LEVELS:
-        raise ValueError(f"--level {args.level!r}: choose {' or '.join(LEVELS)} (the full level "
-                         f"is not built yet)")
+        raise ValueError(f"--level {args.level!r}: choose {', '.join(LEVELS[:-1])} or "
+                         f"{LEVELS[-1]}")
     if args.nprocs is not None and args.nprocs < 2:
         raise ValueError(f"--nprocs {args.nprocs}: a check of collectives needs at least 2 ranks")
     if args.html:
