@@ -19,12 +19,12 @@ ITERS = 20
 
 
 def count(path: str) -> dict:
-    """Node kinds and kernel launches (name<<<grid, block, shared memory>>>) in a DOT file from
-    cudaGraphDebugDotPrint."""
+    """Node kinds, kernel launches (name<<<grid, block, shared memory>>>) and dependency edges in
+    a DOT file from cudaGraphDebugDotPrint."""
     text = open(path).read()
     kinds = collections.Counter(re.findall(r'label="\{([A-Z_]+)\n', text))
     kernels = collections.Counter(re.findall(r'\| (\w+\\<\\<\\<[\d,]+\\>\\>\\>)', text))
-    return {"nodes": dict(kinds), "kernels": dict(kernels)}
+    return {"nodes": dict(kinds), "kernels": dict(kernels), "edges": text.count(" -> ")}
 
 
 def trace_counts(path: str) -> dict:

@@ -7,7 +7,7 @@ twice the dense one). A GPU not in the table has no MFU ("unknown GPU"), rather 
 
 A second, separately named figure divides by the rate of a large bf16 matmul timed on the same
 GPU in the same job (``of_matmul``): how close the step comes to what this GPU's matmuls reach
-in practice (on H200, 778-808 TF/s, about 80 % of the datasheet), which is not MFU.
+in practice (on H200, 767-808 TF/s in the recorded runs, about 80 % of the datasheet), which is not MFU.
 
 FLOPs counted (:func:`dtlab.capstone.model.flops_per_token`): the matmuls, forward and backward,
 ``6 x (parameters - the input embedding table)`` -- a lookup is no matmul; the output head is one
