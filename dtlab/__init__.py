@@ -11,7 +11,7 @@
 """
 
 from .runtime import (HangError, LaunchError, Pool, PoolBrokenError, RankError, RankResult,
-                      Results, run)
+                      Results, left_behind, run)
 from .runtime.context import backend, device, in_rank, local_rank, rank, world_size
 
 __version__ = "0.1.0"
@@ -36,7 +36,8 @@ from .runtime.evidence import set_postmortem as _set_postmortem  # noqa: E402
 _set_postmortem(_postmortem)
 
 __all__ = ["run", "Pool", "Results", "RankResult", "RankError", "HangError", "LaunchError",
-           "PoolBrokenError", "rank", "local_rank", "world_size", "device", "backend", "in_rank"]
+           "PoolBrokenError", "rank", "local_rank", "world_size", "device", "backend", "in_rank",
+           "left_behind"]
 
 
 def load_ipython_extension(ip):

@@ -8,7 +8,8 @@ streams), stacks (py-spy / faulthandler), magics (``%dtlab``, a skin over Pool).
 from .errors import HangError, LaunchError, PoolBrokenError, RankError
 from .launch import run
 from .pool import Pool
+from .procs import left_behind
 from .results import RankResult, Results
 
 __all__ = ["run", "Pool", "Results", "RankResult", "RankError", "HangError", "LaunchError",
-           "PoolBrokenError"]
+           "PoolBrokenError", "left_behind"]

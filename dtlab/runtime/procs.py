@@ -303,3 +303,49 @@ def _stop_all_at_exit() -> None:
         for z in _ZYGOTES.values():
             z.close()
         _ZYGOTES.clear()
+
+
+class LeftBehind:
+    """What is alive below this process after dtlab's launches: :attr:`left` (ranks, anything a
+    rank started, a pool's reaper while its pool is open) and :attr:`helpers` (this process's
+    rank zygotes: warm interpreters that new ranks are forked from, kept for the process's life
+    and ended with it). ``str()`` says it in one paragraph, as the course's last cells print it."""
+
+    def __init__(self, left: list[psutil.Process], helpers: list[psutil.Process]):
+        self.left, self.helpers = left, helpers
+
+    def __bool__(self) -> bool:
+        return bool(self.left)
+
+    def __str__(self) -> str:
+        def name(p: psutil.Process) -> str:
+            try:
+                return f"pid {p.pid} ({p.name()}: {' '.join(p.cmdline()[:3])[:80]})"
+            except psutil.Error:
+                return f"pid {p.pid} (gone)"
+
+        head = ("left behind: " + "; ".join(map(name, self.left)) if self.left
+                else "nothing left behind: no rank, and nothing a rank started, is alive")
+        if not self.helpers:
+            return head
+        return (f"{head}. Still here by design: {len(self.helpers)} rank zygote(s), "
+                f"{', '.join(str(p.pid) for p in self.helpers)} (warm interpreters that new ranks "
+                f"are forked from; they end with this process).")
+
+
+def left_behind() -> LeftBehind:
+    """Every process below this one, split into what dtlab should have ended (:attr:`left`) and
+    this process's rank zygotes, which stay by design (:attr:`helpers`).
+
+    >>> import dtlab
+    >>> _ = dtlab.run(lambda: 1, nprocs=2, backend="gloo")   # doctest: +SKIP
+    >>> print(dtlab.left_behind())                           # doctest: +SKIP
+    nothing left behind: no rank, and nothing a rank started, is alive. Still here by design: ...
+    """
+    with _ZYGOTES_LOCK:
+        zygotes = {z.pid for z in _ZYGOTES.values() if z.alive()}
+    zygotes |= {z.pid for z in Zygote._shared.values() if z.alive()}
+    left, helpers = [], []
+    for p in psutil.Process().children(recursive=True):
+        (helpers if p.pid in zygotes else left).append(p)
+    return LeftBehind(left, helpers)

@@ -91,3 +91,15 @@ def test_a_start_up_variable_of_the_launcher_itself_counts_too(monkeypatch, no_o
     monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
     second = dtlab.run(lambda: sys.flags.dont_write_bytecode, nprocs=1, backend="gloo").values
     assert (first, second) == ([0], [1])
+
+
+def test_left_behind_names_the_zygote_as_a_helper_and_an_open_pool_as_left():
+    dtlab.run(lambda: 1, nprocs=2, backend="gloo")
+    lb = dtlab.left_behind()
+    assert not lb and lb.helpers and "nothing left behind" in str(lb)
+    pool = dtlab.Pool(nprocs=2, backend="gloo")
+    try:
+        assert dtlab.left_behind(), "an open pool's ranks are alive: they must be listed"
+    finally:
+        pool.close()
+    assert not dtlab.left_behind()
