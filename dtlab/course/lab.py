@@ -12,6 +12,10 @@ stay installed and a plain ``jupyter lab`` (``make instructor-lab``) still has a
   ``jupyter_server_config.d/dtlab-student.json`` -- ``jpserver_extensions`` set to false, what
   ``jupyter server extension disable`` writes: their server endpoints are not even loaded.
 
+The notebooks cite files of the course repository (``data/...`` and its provenance READMEs,
+``BENCHMARKS.md``, ``scripts/``, the library's source in ``dtlab/``); the lab's folder gets a link
+to each (:func:`link_course_files`), so the file browser opens them where the text says.
+
 Students keep ``validate-assignment``: the Validate button runs the notebook and its visible
 tests the way the grader will, which is how nbgrader students check their work before handing
 it in. The Assignment List is hidden too: it fetches and submits through an nbgrader exchange on a
@@ -85,13 +89,34 @@ def student_env(config_dir: str, env: dict | None = None) -> dict:
     return env
 
 
+COURSE_FILES = ("data", "BENCHMARKS.md", "README.md", "scripts", "dtlab")
+
+
+def link_course_files(dest: str = ".", repo: str | None = None) -> list[str]:
+    """A symbolic link in ``dest`` to each of :data:`COURSE_FILES` of the repository that exists
+    there and is not already in ``dest`` (a file or folder of that name is left alone); returns
+    the names linked. Jupyter's file browser follows them."""
+    from .layout import REPO
+
+    repo = repo or REPO
+    made = []
+    for name in COURSE_FILES:
+        target, link = os.path.join(repo, name), os.path.join(dest, name)
+        if os.path.exists(target) and not os.path.lexists(link):
+            os.symlink(target, link)
+            made.append(name)
+    return made
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Replace this process by ``jupyter lab ARGV`` with the student config."""
+    """Replace this process by ``jupyter lab ARGV`` with the student config, in a folder that
+    links the course files the notebooks cite."""
     argv = list(sys.argv[1:] if argv is None else argv)
     config_dir = write_config()
     if argv == ["--config-dir"]:
         print(config_dir)
         return
+    link_course_files()
     os.execve(sys.executable, [sys.executable, "-m", "jupyterlab", *argv], student_env(config_dir))
 
 

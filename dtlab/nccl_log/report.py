@@ -41,7 +41,8 @@ def _algorithms(calls: list[Call]) -> str:
 
 
 def nodes_summary(n: dict) -> str:
-    """``parse(...).nodes`` as a few lines: hosts with ranks, bootstrap interface and NICs; the
+    """``parse(...).nodes`` as a few lines: hosts with the ranks whose lines the log holds (an
+    excerpt may hold only some of a host's ranks), bootstrap interface and NICs; the
     network, NIC and GPUDirect RDMA between nodes; where each ring leaves a node."""
     return "\n".join(_nodes(n)) or "one node, no network connections"
 
@@ -59,7 +60,7 @@ def _nodes(n: dict) -> list[str]:
                for g in h["gdr"] if not g["enabled"]]
         if off:
             nets += f"  GPUDirect RDMA off for {', '.join(off)}"
-        out.append(f"  {host[:20]:<20} ranks {h['ranks'] or '?'}  bootstrap "
+        out.append(f"  {host[:20]:<20} ranks seen {h['ranks'] or '?'}  bootstrap "
                    f"{', '.join(h['bootstrap']) or '-'}  {nets}")
     if cross.get("nets"):
         gdr = {True: "GPUDirect RDMA", False: "no GPUDirect RDMA", "mixed": "GDRDMA on some"}

@@ -3,7 +3,9 @@
 Modelled on torch elastic's ``ProcessFailure`` / ``ChildFailedError``: every failing rank is
 reported, and the earliest *primary* failure is named the root cause. A failure that only echoes
 another rank's death ("Connection closed by peer" in gloo, "remote process exited" in NCCL) is
-marked secondary, so it cannot be blamed while a primary failure exists.
+marked secondary, so it cannot be blamed while a primary failure exists; a collective's timeout
+comes after every other primary failure and, when it comes first, is called the first failure,
+not the root cause (every rank of a hang times out, the culprit's peers as often as not first).
 """
 
 from __future__ import annotations
@@ -54,6 +56,13 @@ _SECONDARY = re.compile(
     re.IGNORECASE,
 )
 
+# Messages of a collective that gave up waiting: every rank of a hang ends this way, the culprit's
+# peers first or the culprit first depending on whose timer fires first -- a symptom, not a cause.
+_TIMEOUT = re.compile(
+    r"Timed out waiting \d+ ?ms|Watchdog caught collective operation timeout|DistTimeoutError|"
+    r"collective operation timeout|timed out after \d+",
+    re.IGNORECASE,
+)
 
 
 @dataclass
@@ -80,10 +89,16 @@ class Failure:
         """It only echoes another rank's departure ("Connection closed by peer")."""
         return self.kind == "exception" and bool(_SECONDARY.search(self.detail))
 
+    @property
+    def timed_out(self) -> bool:
+        """A collective gave up waiting (gloo's or NCCL's timeout): what the ranks of a hang
+        raise, whichever rank caused it."""
+        return self.kind == "exception" and bool(_TIMEOUT.search(self.detail))
+
 
 def order_failures(failures: list[Failure]) -> list[Failure]:
-    """Root cause first: primary failures before secondary ones, each by time."""
-    return sorted(failures, key=lambda f: (f.secondary, f.time, f.rank))
+    """Root cause first: primary failures before timeouts before secondary ones, each by time."""
+    return sorted(failures, key=lambda f: (f.secondary, f.timed_out, f.time, f.rank))
 
 
 class RankError(_ShortTraceback, RuntimeError):
@@ -113,13 +128,17 @@ class RankError(_ShortTraceback, RuntimeError):
     def _format(self, where: str) -> str:
         n = len(self.results) if self.results is not None else None
         root = self.failure_list[0]
+        # a timeout first says only that the ranks stopped agreeing, not which one caused it
+        symptom = root.timed_out
+        said = ("first failure (a collective gave up waiting: a symptom, not the cause; "
+                "the diagnosis looks for the cause)" if symptom else "root cause")
         lines = [
             f"{where}: {len(self.failure_list)} of {n if n is not None else '?'} ranks failed; "
-            f"root cause: rank {root.rank}: {root.summary}"
+            f"{said}: rank {root.rank}: {root.summary}"
         ]
         for i, f in enumerate(self.failure_list):
             if i == 0:
-                tag = "ROOT CAUSE (first failure)"
+                tag = "FIRST FAILURE (a timeout)" if symptom else "ROOT CAUSE (first failure)"
             else:
                 dt = f.time - root.time
                 when = f"{dt:.2f} s after rank {root.rank}" if dt > 0.005 else "at about the same time"

@@ -106,3 +106,16 @@ def test_gradebook_folder_must_exist(tmp_path, capsys):
 def test_cli_without_a_step_prints_help(capsys):
     assert cli.main(["course"]) == 2
     assert "release" in capsys.readouterr().out
+
+
+def test_the_student_lab_links_the_files_the_notebooks_cite(tmp_path):
+    from dtlab.course.lab import COURSE_FILES, link_course_files
+    from dtlab.course.layout import REPO
+
+    (tmp_path / "README.md").write_text("the learner's own")
+    made = link_course_files(str(tmp_path))
+    assert "README.md" not in made and (tmp_path / "README.md").read_text() == "the learner's own"
+    assert set(made) == set(COURSE_FILES) - {"README.md"}
+    assert (tmp_path / "data" / "h200x2-first-call" / "README.md").exists()
+    assert os.path.realpath(tmp_path / "dtlab") == os.path.join(REPO, "dtlab")
+    assert link_course_files(str(tmp_path)) == []  # once is enough

@@ -136,3 +136,22 @@ def test_nccl_without_cuda_is_refused_before_launch():
         pytest.skip("this machine has CUDA")
     with pytest.raises(dtlab.LaunchError, match="needs CUDA GPUs"):
         dtlab.run(lambda: 0, backend="nccl")
+
+
+def test_a_collective_timeout_is_a_symptom_never_the_root_cause():
+    """Every rank of a hang times out; whose timer fires first says nothing about the culprit
+    (08's extra_metric named rank 0's gloo timeout the root cause while the diagnosis, rightly,
+    named rank 1)."""
+    from dtlab.runtime.errors import Failure, RankError
+
+    gloo = ("RuntimeError: [../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:129] "
+            "Timed out waiting 5000ms for send operation to complete")
+    timeout = Failure(0, "exception", 1, gloo.split(": ", 1)[1], f"Traceback ...\n{gloo}", 10.0)
+    later = Failure(1, "exception", 1, "ValueError: bad shard", "Traceback ...\nValueError: bad shard", 10.5)
+    err = RankError([timeout, later])
+    assert err.root_rank == 1, "a real error outranks an earlier timeout"
+    assert str(err).splitlines()[0].endswith("root cause: rank 1: ValueError: bad shard")
+    only = RankError([timeout, Failure(1, "exception", 1, gloo, gloo, 10.2)])
+    head = str(only).splitlines()[0]
+    assert "root cause" not in head and "first failure (a collective gave up waiting" in head
+    assert "FIRST FAILURE (a timeout)" in str(only) and "ROOT CAUSE" not in str(only)
