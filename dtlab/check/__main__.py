@@ -36,9 +36,21 @@ def main(argv: list[str] | None = None) -> int:
         from ..multinode.check import main as cross_node
 
         return cross_node(argv)
-    from ..cli import main as dtlab_main
+    import argparse
 
-    return dtlab_main(["check", *argv])
+    from . import cli  # the same arguments as `dtlab check` (dtlab/cli.py is above this package)
+
+    p = argparse.ArgumentParser(prog="python -m dtlab.check",
+                                description="dtlab check: is this machine ready for distributed "
+                                            "training? (under torchrun: the cross-node part)")
+    cli.add_arguments(p)
+    args = p.parse_args(argv)
+    try:
+        cli.check(args)
+    except ValueError as e:  # one line, exit 2, as `dtlab check` says it
+        print(f"{p.prog}: {e}", file=sys.stderr)
+        return 2
+    return cli.run(args)
 
 
 if __name__ == "__main__":
