@@ -38,20 +38,22 @@ Batches are taken from the sampler's indices directly, not through a ``DataLoade
 ``DataLoader`` iterator draws its base seed from the global RNG (unless given a ``generator=``),
 which would shift the RNG stream by one draw at every resume.
 
-Verdicts, per row (``expected`` is what a correct implementation gives; ``ok`` says whether
-it did): ``bitwise`` -- final parameters and every loss after resume equal to the last bit;
-``within tolerance`` -- no difference above ``tolerance`` = float32's 1e-5 of
-:data:`dtlab.parity.TOLERANCE` (the same numbers summed in another order; see
-:mod:`.report`); ``differs`` -- above it. Same ranks (N == M), ``full``: ``bitwise`` (same
-reductions, same order, same data, same RNG draws; measured 0 on gloo). N != M, ``full``:
-``within tolerance`` (3 ranks sum the gradient in another order than 2; measured ~1e-8 on gloo,
-2 -> 3). Every broken mode: ``differs``.
+Verdicts per row (``expected``: what a correct implementation gives; ``ok``: it did):
+``bitwise`` -- final parameters and every loss after resume equal to the last bit; ``within
+tolerance`` -- nothing above float32's 1e-5 of :data:`dtlab.parity.TOLERANCE` (same numbers,
+another summation order; :mod:`.report` says why); ``differs`` -- above it. ``full`` on the
+same ranks: bitwise (same data, reductions and RNG draws in the same order). ``full`` on other
+ranks: within tolerance (3 ranks sum the gradient in another order than 2). Broken: differs.
 
-Measured on 2 CPU cores (gloo, torch 2.13, defaults: 8 steps, stop at 6): run time ~4 s per
-launch; broken modes' max |param diff| vs the reference: no_sampler_epoch ~1e-2, no_rng ~5e-3,
-no_optimizer ~2e-2 -- each >= 100x the tolerance. Written against torch 2.13; the APIs used
-(``dcp.save/load(checkpoint_id=)``, ``torch.distributed.checkpoint.state_dict``) are public since
-torch 2.3, unchanged in 2.11 -- ``scripts/gpu_checkpoint.py`` runs this on NCCL to confirm.
+Measured (2 busy CPU cores, gloo, torch 2.13, 8 steps, saved at 6), max |param diff| vs the
+uninterrupted run: full 2 -> 2: 0 (losses too); 2 -> 3: 6e-8, 3 -> 2 and 2 -> 1: 3e-8 (loads
+exact: 0); no_sampler_epoch 1.3e-2 (loss +0.09 at the first step after resume), no_rng 1.5e-2
+(+0.16), no_optimizer 5.2e-2 (loss equal at the first step, +0.06 at the second) -- each over
+1000x the tolerance. Each launch takes ~7-10 s there, most of it each rank importing
+``torch.distributed.checkpoint``. Written on torch 2.13; the APIs used (``dcp.save/load(...,
+checkpoint_id=)``, ``torch.distributed.checkpoint.state_dict``) are public since torch 2.3 but
+not yet run here on 2.11 (the GPU machine's): ``scripts/gpu_checkpoint.py OUT`` records NCCL
+2 -> 2, 2 -> 1, 1 -> 2 and gloo 2 -> 3 there.
 """
 
 from __future__ import annotations
