@@ -5,7 +5,8 @@ in one launch) return :class:`Report`; :func:`verdict` says whether a bug was ca
 definition; :data:`TOLERANCE` holds the tolerances per dtype and backend and
 :mod:`dtlab.parity.report` says why. :func:`broadcast_at_construction` shows what DDP already
 guarantees. FSDP2 lives in :mod:`dtlab.parity.fsdp`, gradient accumulation (DDP and FSDP2) in
-:mod:`dtlab.parity.accumulate`. From a terminal::
+:mod:`dtlab.parity.accumulate`, checkpoint and resume (DCP, N ranks -> M) in
+:func:`resume` (:mod:`dtlab.parity.checkpoint`). From a terminal::
 
     dtlab parity --bug batchnorm --json
     dtlab parity --bug batchnorm --fix
@@ -15,9 +16,10 @@ guarantees. FSDP2 lives in :mod:`dtlab.parity.fsdp`, gradient accumulation (DDP 
 4
 """
 
+from .checkpoint import resume
 from .ddp import compare, compare_many, verdict
 from .guarantees import broadcast_at_construction
 from .report import BUGS, TOLERANCE, Report, tolerance
 
 __all__ = ["compare", "compare_many", "verdict", "broadcast_at_construction", "BUGS",
-           "TOLERANCE", "Report", "tolerance"]
+           "TOLERANCE", "Report", "tolerance", "resume"]

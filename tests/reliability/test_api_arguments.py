@@ -55,6 +55,9 @@ ENTRY_POINTS = {
     "dtlab.parity.compare_many": ({**GLOO, "runs": [("none", False)]}, {
         "nprocs": {}, "steps": {}, "timeout": {"inf": NO_LIMIT}}),
     "dtlab.parity.broadcast_at_construction": (GLOO, {"nprocs": {}, "seed": {"zero": "a seed"}}),
+    "dtlab.parity.resume": ({"backend": "gloo"}, {
+        "save_ranks": {}, "load_ranks": {}, "steps": {}, "stop_at": {},
+        "timeout": {"inf": NO_LIMIT}}),
     "dtlab.parity.scaling.report": ({"nranks_list": (1, 2), "backend": "gloo"}, {
         "steps": {}, "per_rank_batch": {}}),
     "dtlab.capstone.train": ({**GLOO, "progress": False}, {
