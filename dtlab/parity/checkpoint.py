@@ -50,10 +50,10 @@ uninterrupted run: full 2 -> 2: 0 (losses too); 2 -> 3: 6e-8, 3 -> 2 and 2 -> 1:
 exact: 0); no_sampler_epoch 1.3e-2 (loss +0.09 at the first step after resume), no_rng 1.5e-2
 (+0.16), no_optimizer 5.2e-2 (loss equal at the first step, +0.06 at the second) -- each over
 1000x the tolerance. Each launch takes ~7-10 s there, most of it each rank importing
-``torch.distributed.checkpoint``. Written on torch 2.13; the APIs used (``dcp.save/load(...,
-checkpoint_id=)``, ``torch.distributed.checkpoint.state_dict``) are public since torch 2.3 but
-not yet run here on 2.11 (the GPU machine's): ``scripts/gpu_checkpoint.py OUT`` records NCCL
-2 -> 2, 2 -> 1, 1 -> 2 and gloo 2 -> 3 there.
+``torch.distributed.checkpoint``. On 2x H200 (torch 2.11, NCCL;
+``scripts/gpu_checkpoint.py OUT``, ``data/h200x2-checkpoint/``): the same -- full 2 -> 2
+bitwise, 2 -> 1, 1 -> 2 and gloo 2 -> 3 within tolerance (1.2e-7), every broken mode over
+1000x it.
 """
 
 from __future__ import annotations
@@ -110,12 +110,17 @@ def _augment(x: torch.Tensor) -> torch.Tensor:
 def _fresh(dev):
     """Model and optimizer as a freshly started rank builds them; then the rank's RNG seed."""
     import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
     torch.manual_seed(0)
     model = TinyTransformer().to(dev)
+    # the mesh on the rank's own device type: left to itself, fully_shard puts its mesh on CUDA
+    # whenever a GPU exists, and gloo ranks on a GPU machine then train on cuda:0 (recorded on
+    # 2x H200: "target is on cpu, different from other tensors on cuda:0")
+    mesh = init_device_mesh(dev.type, (dist.get_world_size(),))
     for m in [*model.blocks, model]:
-        fully_shard(m)
+        fully_shard(m, mesh=mesh)
     opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
     torch.manual_seed(RANK_SEED + dist.get_rank())
     return model, opt, {"step": 0, "epoch": 0, "offset": 0}
