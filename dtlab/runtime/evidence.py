@@ -244,6 +244,10 @@ def run_postmortem(err: BaseException, evidence_dir: str) -> None:
     """Set ``err.diagnosis`` (and add its note) from the evidence, if a post-mortem is set."""
     if _POSTMORTEM is None:
         return
+    failures = getattr(err, "failure_list", None)
+    if failures and all(f.kind == "bad_result" for f in failures):
+        err.diagnosis = None  # every fn returned: nothing died or hung, the error says it all
+        return
     try:
         err.diagnosis, note = _POSTMORTEM(evidence_dir)
     except Exception as e:  # a diagnosis must never hide the error it explains

@@ -31,6 +31,7 @@ What dtlab adds:
 from __future__ import annotations
 
 import atexit
+import errno
 import logging
 import os
 import signal
@@ -42,7 +43,7 @@ import weakref
 
 import psutil
 
-from .zygote import Zygote
+from .zygote import Zygote, ZygoteTimeout
 
 _LIVE: "weakref.WeakSet[RankProcs]" = weakref.WeakSet()
 
@@ -56,6 +57,50 @@ AT_START = ("PYTHON", "LD_", "MALLOC_", "OMP_", "MKL_", "OPENBLAS_", "KMP_", "GO
 _ZYGOTES: dict[tuple, Zygote] = {}
 _ZYGOTES_LOCK = threading.Lock()
 _COLD_WHY: list[str] = []  # why the zygote is off in this process, once found
+ZYGOTE_REPLY_S = 30.0  # a fork answers in milliseconds; this long means stopped or starved
+
+
+def _after_fork_in_child() -> None:
+    """A fork of the launcher (os.fork, multiprocessing) starts with no zygote of its own, and
+    with locks no thread of it holds (one held by another thread at the fork would be held
+    for ever: a launch in the child blocked on it)."""
+    global _ZYGOTES_LOCK
+    _ZYGOTES_LOCK = threading.Lock()
+    _ZYGOTES.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _launcher_traits() -> dict:
+    """What a fresh child of this process inherits besides its environment: the umask and the
+    resource limits (a forked rank gets them from the zygote otherwise, set when it started)."""
+    import resource
+
+    mask = os.umask(0o022)
+    os.umask(mask)
+    limits = {}
+    for name in dir(resource):
+        if name.startswith("RLIMIT_"):
+            try:
+                limits[name] = list(resource.getrlimit(getattr(resource, name)))
+            except (ValueError, OSError):
+                pass
+    return {"umask": mask, "rlimits": limits}
+
+
+def _end_zygote(z: Zygote) -> None:
+    """SIGKILL a zygote that stopped answering (a stopped process takes SIGKILL too) and forget
+    it; its ranks' guards end them when it is gone."""
+    with _ZYGOTES_LOCK:
+        for k, v in list(_ZYGOTES.items()):
+            if v is z:
+                del _ZYGOTES[k]
+    try:
+        os.kill(z.pid, signal.SIGKILL)
+    except OSError:
+        pass
+    z.close()
 
 
 def rank_zygote(env: dict[str, str]) -> Zygote | None:
@@ -114,7 +159,17 @@ class RankProcs:
             try:
                 z = rank_zygote(self.envs[0])
                 if z is not None:
-                    self._start_warm(z)
+                    try:
+                        self._start_warm(z)
+                    except OSError as e:  # an environment too large for one message: as cold
+                        if e.errno != errno.EMSGSIZE or self.handles:
+                            raise
+                        self._start_cold()
+                    except ZygoteTimeout as e:
+                        _end_zygote(z)
+                        raise RuntimeError(f"dtlab: {e} (stopped, or starved of CPU): it was "
+                                           f"ended, with the ranks it had started; the next "
+                                           f"launch starts a new one") from None
                 else:
                     self._start_cold()
             except BaseException as e:  # noqa: BLE001 -- handed to the caller's thread
@@ -139,15 +194,15 @@ class RankProcs:
                 interrupted = e
         if self.handles:
             _LIVE.add(self)
+        if interrupted is not None:  # the user's Ctrl-C first: an error it caused is its echo
+            raise interrupted
         if "error" in got:
             raise got["error"]
-        if interrupted is not None:
-            raise interrupted
 
     def _start_warm(self, z: Zygote) -> None:
         """Fork each rank from ``z``, with what ``start_processes`` would give it: this
         process's environment plus the rank's, its log files, its error file."""
-        cwd = os.getcwd()
+        cwd, traits = os.getcwd(), _launcher_traits()
         for r, env in self.envs.items():
             d = os.path.join(self.log_dir, str(r))
             os.makedirs(d, exist_ok=True)
@@ -157,7 +212,8 @@ class RankProcs:
                     "DTLAB_PARENT_PID": str(z.pid)}  # the guard's parent is the zygote
             self.handles[r] = z.spawn("dtlab.runtime.worker:forked", list(self.worker_args),
                                       env=full, cwd=cwd, files=self.files[r],
-                                      die_with_parent=False)  # the guard ends its rank first
+                                      die_with_parent=False,  # the guard ends its rank first
+                                      inherit=traits, reply_timeout=ZYGOTE_REPLY_S)
 
     def _start_cold(self) -> None:
         from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std, start_processes

@@ -115,6 +115,15 @@ def init_process_group():
     else:
         device = torch.device("cpu")
         dist.init_process_group("gloo", **kw)
+    # Every rank waits here until every rank has joined: a rank whose fn returns at once would
+    # otherwise exit while a peer is still connecting its gloo mesh, and that peer then fails
+    # inside init_process_group ("Connection closed by peer": 3 of 30 no-op launches of 3 ranks
+    # on a busy 2-core machine). Through the rendezvous store, not a collective: NCCL's first
+    # collective would connect the ranks here, and section 02 times that first call.
+    store = dist.distributed_c10d._get_default_store()
+    rank, world = dist.get_rank(), dist.get_world_size()
+    store.set(f"dtlab/joined/{rank}", "1")
+    store.wait([f"dtlab/joined/{r}" for r in range(world)])
     return device
 
 

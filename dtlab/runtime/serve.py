@@ -31,8 +31,18 @@ def _on_sigint(signum, frame):
     # between commands an interrupt has nothing to stop
 
 
+_LAST_OFFSETS = [0, 0]
+
+
 def _offsets() -> tuple[int, int]:
-    return os.lseek(1, 0, os.SEEK_CUR), os.lseek(2, 0, os.SEEK_CUR)
+    """Where this rank's stdout and stderr files are: the parent cuts each cell's output there.
+    A cell that closed fd 1 or 2 leaves the last known place (its output is lost, not the rank)."""
+    for i, fd in enumerate((1, 2)):
+        try:
+            _LAST_OFFSETS[i] = os.lseek(fd, 0, os.SEEK_CUR)
+        except OSError:
+            pass
+    return _LAST_OFFSETS[0], _LAST_OFFSETS[1]
 
 
 def run_cell(source: str, filename: str, ns: dict):

@@ -164,6 +164,24 @@ def _limit(rlimits: dict) -> None:
             resource.setrlimit(names[k], (int(v), int(v)))
 
 
+def _inherit(what: dict) -> None:
+    """The requester's umask and resource limits, as a fresh child of it would have them (a
+    limit this process may not raise stays as it is)."""
+    import resource
+
+    if "umask" in what:
+        os.umask(int(what["umask"]))
+    for name, (soft, hard) in (what.get("rlimits") or {}).items():
+        try:
+            resource.setrlimit(getattr(resource, name), (int(soft), int(hard)))
+        except (AttributeError, ValueError, OSError):
+            pass
+
+
+class ZygoteTimeout(RuntimeError):
+    """The zygote did not answer a request in time (stopped, or starved of CPU)."""
+
+
 def _child(req: dict, fds: list[int], sock: socket.socket) -> None:
     """In the fork: become the requested process, run ``main``, exit. Never returns."""
     code = 1
@@ -179,6 +197,7 @@ def _child(req: dict, fds: list[int], sock: socket.socket) -> None:
             with open(path, "w") as f:
                 f.write(str(os.getpid()))
         _limit(req.get("rlimits") or {})
+        _inherit(req.get("inherit") or {})
         if req.get("holder"):
             enter(int(req["holder"]))
             _die_with_parent()
@@ -404,13 +423,17 @@ class Zygote:
               path: list[str] = (), holder: int | None = None, cgroup: list[str] | None = None,
               rlimits: dict | None = None, stdin: bool = False,
               separate_stderr: bool = False, files: tuple[str, str] | None = None,
-              die_with_parent: bool = True) -> Forked:
+              die_with_parent: bool = True, inherit: dict | None = None,
+              reply_timeout: float = 60.0) -> Forked:
         """Fork a process that runs ``main`` (``"module:function"``) with ``args``, ``path``
         first on its ``sys.path``. Its stdout
         is the handle's ``stdout`` (a pipe), with stderr in it unless ``separate_stderr`` (then
         ``stderr``); ``files``: stdout and stderr go to these files instead (created or
         truncated); ``stdin``: a pipe to write to (``stdin``), else /dev/null.
-        ``die_with_parent``: SIGKILL when the zygote dies (else the fork watches for itself)."""
+        ``die_with_parent``: SIGKILL when the zygote dies (else the fork watches for itself).
+        ``inherit``: ``{"umask": int, "rlimits": {"RLIMIT_NOFILE": [soft, hard], ...}}``, the
+        caller's own, set in the fork as a fresh child of the caller would have them.
+        :class:`ZygoteTimeout` when the zygote does not answer within ``reply_timeout``."""
         ours, theirs = [], []
         try:
             if stdin:
@@ -432,10 +455,11 @@ class Zygote:
                 theirs[2] = w
             req = {"main": main, "args": list(args), "env": env, "cwd": cwd, "path": list(path),
                    "holder": holder, "die_with_parent": die_with_parent,
-                   "cgroup": list(cgroup or []), "rlimits": rlimits or {}}
+                   "cgroup": list(cgroup or []), "rlimits": rlimits or {},
+                   "inherit": inherit or {}}
             with self._send_lock:
                 socket.send_fds(self.sock, [json.dumps(req).encode()], theirs)
-                reply = self._next_reply()
+                reply = self._next_reply(reply_timeout)
         except BaseException:
             for _, fd, _ in ours:
                 os.close(fd)
@@ -460,7 +484,7 @@ class Zygote:
     def _next_reply(self, timeout: float = 60.0) -> dict:
         with self._cv:
             if not self._cv.wait_for(lambda: self._replies or self._closed, timeout):
-                raise RuntimeError("the zygote did not answer in time")
+                raise ZygoteTimeout(f"the zygote (pid {self.pid}) did not answer in {timeout:g} s")
             if not self._replies:
                 raise RuntimeError("the zygote is gone")
             return self._replies.pop(0)
@@ -506,6 +530,13 @@ class Zygote:
         except Exception:
             self.proc.kill()
             self.proc.wait()
+
+
+def _reset_after_fork() -> None:
+    Zygote._lock = threading.Lock()  # one another thread held at the fork stays held otherwise
+
+
+os.register_at_fork(after_in_child=_reset_after_fork)
 
 
 if __name__ == "__main__":

@@ -155,3 +155,17 @@ def test_a_collective_timeout_is_a_symptom_never_the_root_cause():
     head = str(only).splitlines()[0]
     assert "root cause" not in head and "first failure (a collective gave up waiting" in head
     assert "FIRST FAILURE (a timeout)" in str(only) and "ROOT CAUSE" not in str(only)
+
+
+def test_every_rank_has_joined_before_any_function_runs():
+    """A rank whose fn returns at once used to exit while a peer was still connecting its gloo
+    mesh inside init_process_group: a spurious RankError in 3 of 30 no-op launches of 3 ranks
+    on a busy 2-core machine (a probe's finding). Every rank now waits at the store until all
+    have joined."""
+    def joined():
+        import torch.distributed as dist
+
+        store = dist.distributed_c10d._get_default_store()
+        return all(store.check([f"dtlab/joined/{r}"]) for r in range(dist.get_world_size()))
+
+    assert dtlab.run(joined, nprocs=3, backend="gloo").values == [True] * 3

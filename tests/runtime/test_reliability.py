@@ -284,6 +284,7 @@ def test_a_value_the_parent_cannot_unpickle_fails_that_rank_only(tmp_path):
     assert e.root_rank == 1 and list(e.failures) == [1]
     assert e.failure_list[0].kind == "bad_result" and "rank_only_mod" in e.failures[1]
     assert e.results[0].value == 5  # rank 0's value is not lost
+    assert e.diagnosis is None  # nothing died or hung (it said "rank_died ... the OOM killer")
 
 
 def test_sys_exit_is_named_with_its_code_or_text():

@@ -4,6 +4,7 @@ interpreters through torch elastic): a rank must not be able to tell them apart.
 import os
 import signal
 import sys
+import threading
 
 import pytest
 
@@ -103,3 +104,50 @@ def test_left_behind_names_the_zygote_as_a_helper_and_an_open_pool_as_left():
     finally:
         pool.close()
     assert not dtlab.left_behind()
+
+
+def _umask_and_nofile():
+    import resource
+
+    m = os.umask(0)
+    os.umask(m)
+    return m, resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def test_a_forked_rank_has_the_launchers_umask_and_limits_of_now():
+    """A fresh interpreter inherits the launcher's umask and rlimits as they are at the launch;
+    a fork of the zygote had the zygote's, from when it started (a probe's finding)."""
+    import resource
+
+    dtlab.run(lambda: 1, nprocs=1, backend="gloo")  # the zygote exists, with today's settings
+    old_mask, old_nofile = os.umask(0o077), resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (512, old_nofile[1]))
+        assert dtlab.run(_umask_and_nofile, nprocs=1, backend="gloo").values == [(0o077, 512)]
+    finally:
+        os.umask(old_mask)
+        resource.setrlimit(resource.RLIMIT_NOFILE, old_nofile)
+
+
+def test_an_environment_too_large_for_the_zygote_starts_fresh_interpreters():
+    big = {f"BIG_TEST_VALUE_{i}": "x" * 100_000 for i in range(3)}  # one message: too long
+    assert dtlab.run(lambda: 1, nprocs=2, backend="gloo", env=big).values == [1, 1]
+
+
+def test_a_fork_of_the_launcher_does_not_inherit_a_held_zygote_lock():
+    held, go = threading.Event(), threading.Event()
+
+    def hold():
+        with procs._ZYGOTES_LOCK:
+            held.set()
+            go.wait(10)
+
+    t = threading.Thread(target=hold)
+    t.start()
+    held.wait(10)
+    pid = os.fork()
+    if pid == 0:  # the thread that held it is not in this process
+        os._exit(0 if procs._ZYGOTES_LOCK.acquire(timeout=5) else 1)
+    go.set()
+    t.join()
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
