@@ -30,7 +30,8 @@ rounded at each of W-1 additions and once more by the division, is off by at mos
 ``gamma_W = W u / (1 - W u)`` times the mean of the |terms| (Higham, *Accuracy and Stability of
 Numerical Algorithms*, 2nd ed., sec. 3.1 and 4.2), checked per element (``reduce_within_bound``).
 
-GradScaler (https://docs.pytorch.org/docs/stable/amp.html#gradient-scaling): the loss is
+GradScaler (``torch.amp.GradScaler``'s docstring in torch 2.13, ``torch/amp/grad_scaler.py``;
+defaults at https://pytorch.org/docs/stable/_modules/torch/cuda/amp/grad_scaler.html): the loss is
 multiplied by the scale before backward, the gradients divided by it in ``step``; a power of two,
 so both are exact, only float16's range changes. If a gradient is inf/NaN, ``step`` skips the
 optimizer step and ``update`` multiplies the scale by ``backoff_factor`` (0.5); after
