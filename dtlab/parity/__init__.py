@@ -6,7 +6,10 @@ definition; :data:`TOLERANCE` holds the tolerances per dtype and backend and
 :mod:`dtlab.parity.report` says why. :func:`broadcast_at_construction` shows what DDP already
 guarantees. FSDP2 lives in :mod:`dtlab.parity.fsdp`, gradient accumulation (DDP and FSDP2) in
 :mod:`dtlab.parity.accumulate`, checkpoint and resume (DCP, N ranks -> M) in
-:func:`resume` (:mod:`dtlab.parity.checkpoint`). From a terminal::
+:func:`resume` (:mod:`dtlab.parity.checkpoint`), mixed precision (bf16, fp16 with GradScaler,
+FSDP2's MixedPrecisionPolicy) against float32 in :func:`mixed_precision`
+(:mod:`dtlab.parity.precision`).
+From a terminal::
 
     dtlab parity --bug batchnorm --json
     dtlab parity --bug batchnorm --fix
@@ -19,7 +22,8 @@ guarantees. FSDP2 lives in :mod:`dtlab.parity.fsdp`, gradient accumulation (DDP 
 from .checkpoint import resume
 from .ddp import compare, compare_many, verdict
 from .guarantees import broadcast_at_construction
+from .precision import mixed_precision
 from .report import BUGS, TOLERANCE, Report, tolerance
 
 __all__ = ["compare", "compare_many", "verdict", "broadcast_at_construction", "BUGS",
-           "TOLERANCE", "Report", "tolerance", "resume"]
+           "TOLERANCE", "Report", "tolerance", "resume", "mixed_precision"]

@@ -58,6 +58,9 @@ ENTRY_POINTS = {
     "dtlab.parity.resume": ({"backend": "gloo"}, {
         "save_ranks": {}, "load_ranks": {}, "steps": {}, "stop_at": {},
         "timeout": {"inf": NO_LIMIT}}),
+    "dtlab.parity.mixed_precision": (GLOO, {
+        "nprocs": {}, "steps": {}, "init_scale": {}, "growth_interval": {},
+        "timeout": {"inf": NO_LIMIT}}),
     "dtlab.parity.scaling.report": ({"nranks_list": (1, 2), "backend": "gloo"}, {
         "steps": {}, "per_rank_batch": {}}),
     "dtlab.capstone.train": ({**GLOO, "progress": False}, {
