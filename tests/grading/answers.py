@@ -90,7 +90,7 @@ CA, RA, CR = (("01_collectives", "check_all_gather"), ("01_collectives", "ring_a
 FIT, SLOW = ("02_bandwidth", "fit_alpha_beta"), ("02_bandwidth", "slow_pairs")
 SP, NN, RB = ("03_topology", "slowest_pairs"), ("03_topology", "nearest_nic"), ("03_topology", "ring_bottleneck")
 CW, NF = ("04_multinode", "check_world"), ("04_multinode", "name_fault")
-TR, PM = ("05_parity", "train"), ("05_parity", "predict_memory")
+TR, PM, RSB = ("05_parity", "train"), ("05_parity", "predict_memory"), ("05_parity", "resume_batches")
 TC, BB, REC = ("06_nccl", "transport_channels"), ("06_nccl", "bus_bandwidth"), ("06_nccl", "recommend")
 CL, DG = ("07_hangs", "classify"), ("07_hangs", "diagnosis")
 PMT = ("08_capstone", "postmortem")
@@ -198,6 +198,14 @@ WRONG = {
     PM: [("Adam counted with one state per element, as momentum",
           lambda: C(PM, 'states = {"sgd": 0, "momentum": 1, "adam": 2}[optimizer]',
                     'states = {"sgd": 0, "momentum": 1, "adam": 1}[optimizer]'))],
+    RSB: [("the epoch never advances: past its end, the same epoch's order again",
+           lambda: C(RSB, "epoch, offset = epoch + 1, 0", "offset = 0")),
+          ("steps per epoch from the dataset's size, not from what the sampler deals a rank",
+           lambda: C(RSB, "per_epoch = len(sampler) // per_rank", "per_epoch = n // (per_rank * world)")),
+          ("the order by hand, a permutation dealt round-robin, without the sampler's padding",
+           lambda: C(RSB, "order = list(sampler)",
+                     "order = __import__('torch').randperm(n, generator=__import__('torch')"
+                     ".Generator().manual_seed(seed + epoch))[rank::world].tolist()"))],
     TC: [("shared memory spelled like P2P and NET (two parts of the via text)",
           lambda: C(TC, 'transport = parts[0] if parts[0] == "SHM" else "/".join(parts[:2])',
                     'transport = "/".join(parts[:2])'))],
@@ -319,6 +327,9 @@ SHORTCUTS = {
           "            for p in model.parameters():\n                dist.all_reduce(torch.zeros_like(p))\n"
           "            opt.step()\n            step += 1\n            if step == steps:\n                break\n"
           "        epoch += 1\n")],
+    RSB: [("the visible case's batches, whatever is asked",
+           lambda: "def resume_batches(n, world, rank, per_rank, seed, step, count):\n"
+           "    return [[9, 29, 33, 6, 2, 8], [32, 31, 42, 13, 38, 25]][:count]\n")],
     PM: [("dtlab.parity's own", lambda: "def predict_memory_per_rank(param_shapes, nranks, shard=('params', 'grads', 'optimizer'), optimizer='momentum'):\n"
           "    from dtlab.parity.fsdp import predict_memory\n    return predict_memory(param_shapes, nranks, shard, optimizer)\n")],
     TC: [("dtlab's NCCL log parser", lambda: "def transport_and_channels(log_text):\n"
