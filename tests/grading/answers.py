@@ -329,7 +329,18 @@ SHORTCUTS = {
           "        epoch += 1\n")],
     RSB: [("the visible case's batches, whatever is asked",
            lambda: "def resume_batches(n, world, rank, per_rank, seed, step, count):\n"
-           "    return [[9, 29, 33, 6, 2, 8], [32, 31, 42, 13, 38, 25]][:count]\n")],
+           "    return [[9, 29, 33, 6, 2, 8], [32, 31, 42, 13, 38, 25]][:count]\n"),
+          # the eighth red team's 3/3: no epoch or offset worked out, the run replayed from step 0
+          ("the whole run replayed from step 0 and sliced",
+           lambda: "def resume_batches(n, world, rank, per_rank, seed, step, count):\n"
+           "    from torch.utils.data import DistributedSampler\n"
+           "    s = DistributedSampler(range(n), num_replicas=world, rank=rank, shuffle=True, seed=seed)\n"
+           "    batches, epoch = [], 0\n"
+           "    while len(batches) < step + count:\n"
+           "        s.set_epoch(epoch)\n        order = list(s)\n"
+           "        batches += [order[b * per_rank:(b + 1) * per_rank] for b in range(len(order) // per_rank)]\n"
+           "        epoch += 1\n"
+           "    return batches[step:step + count]\n")],
     PM: [("dtlab.parity's own", lambda: "def predict_memory_per_rank(param_shapes, nranks, shard=('params', 'grads', 'optimizer'), optimizer='momentum'):\n"
           "    from dtlab.parity.fsdp import predict_memory\n    return predict_memory(param_shapes, nranks, shard, optimizer)\n")],
     TC: [("dtlab's NCCL log parser", lambda: "def transport_and_channels(log_text):\n"
