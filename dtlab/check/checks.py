@@ -504,9 +504,13 @@ def run(level: str = "quick", nprocs: int | None = None, progress: bool = False)
     if level == "full":
         from . import full
 
-        checks += [("affinity", lambda: full.affinity(nprocs, backend)),
+        try:  # the matrix and each rank's GPU in it, read once for both topology rows
+            machine = full.read_machine(nprocs, backend)
+        except Exception as e:  # noqa: BLE001 -- raised again by each row: a FAIL row each
+            machine = e
+        checks += [("affinity", lambda: full.affinity(nprocs, backend, machine)),
                    ("ring", lambda: full.ring(nprocs, backend, measured.get("busbw"),
-                                              PASS_FRACTION)),
+                                              PASS_FRACTION, machine)),
                    ("multinode", lambda: full.multinode(nprocs, backend))]
     figures = {}
     for name, fn in checks:

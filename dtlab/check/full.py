@@ -29,8 +29,8 @@ import itertools
 import os
 import time
 
-from ..topology.matrix import LINK_RANK, link_kind, link_order
-from ..topology.predict import predict_pairs, ring_bottleneck
+from ..topology.matrix import link_kind, link_order
+from ..topology.predict import gdr_path, nearest_nic, path_between, predict_pairs, ring_bottleneck
 from .checks import _row
 from .report import PASS, SKIP, WARN, Row
 
@@ -89,15 +89,6 @@ def allowed_nics(topo: dict, env: dict[str, str]) -> list[str]:
     return [n for n in topo["nics"] if hit(topo["nic_names"].get(n, n)) != exclude]
 
 
-def _nearest(topo: dict, gpu: str, nics: list[str]) -> tuple[str, str] | None:
-    best = None
-    for n in nics:
-        kind = topo["links"].get((gpu, n)) or topo["links"].get((n, gpu))
-        if kind and (best is None or link_order(kind) < link_order(best[1])):
-            best = (n, kind)
-    return best
-
-
 def affinity_verdict(topo: dict, gpus: list[str], cpus: list[set[int] | None],
                      env: dict[str, str], node_cpus: dict[int, set[int]] | None = None
                      ) -> tuple[str, list[str], list[str]]:
@@ -128,14 +119,13 @@ def affinity_verdict(topo: dict, gpus: list[str], cpus: list[set[int] | None],
         return (WARN if warns else PASS), said, warns
     usable = allowed_nics(topo, env)
     for g in gpus:
-        best_all, best = _nearest(topo, g, topo["nics"]), _nearest(topo, g, usable)
+        best_all, best = nearest_nic(topo, g), nearest_nic(topo, g, usable)
         if best is None:
             warns.append(f"{g}: NCCL_IB_HCA={env.get('NCCL_IB_HCA')} leaves no NIC in the matrix")
             continue
         name = topo["nic_names"].get(best[0], best[0])
-        gdr = LINK_RANK.index(link_kind(best[1])) <= LINK_RANK.index("PXB")
         line = (f"{g}: nearest NIC {name} ({best[1]}, "
-                f"{'GPUDirect RDMA' if gdr else 'through host memory'})")
+                f"{'GPUDirect RDMA' if gdr_path(best[1]) else 'through host memory'})")
         if link_kind(best[1]) == "SYS" and link_order(best_all[1]) < link_order(best[1]):
             other = topo["nic_names"].get(best_all[0], best_all[0])
             warns.append(f"{line}: across the SMP interconnect while {other} is {best_all[1]} "
@@ -164,17 +154,13 @@ def ring_order(topo: dict, gpus: list[str]) -> tuple[list[str], str]:
         return list(gpus), f"rank order (more than {RING_SEARCH_MAX} GPUs: not searched)"
 
     def cost(order):
-        kinds = [link_order(_path(topo, order[i], order[(i + 1) % len(order)]))
+        kinds = [link_order(path_between(topo, order[i], order[(i + 1) % len(order)]))
                  for i in range(len(order))]
         worst = max(kinds)
         return worst, kinds.count(worst)
 
     best = min(([gpus[0], *p] for p in itertools.permutations(gpus[1:])), key=cost)
     return best, "the ring whose slowest hop is fastest (as NCCL's search prefers)"
-
-
-def _path(topo: dict, a: str, b: str) -> str:
-    return topo["links"].get((a, b)) or topo["links"][(b, a)]
 
 
 def ring_verdict(topo: dict, gpus: list[str], busbw: float | None, pass_fraction: float,
@@ -263,18 +249,28 @@ def _rank_cpus() -> list[int]:
     return sorted(os.sched_getaffinity(0))
 
 
-def affinity(nprocs: int, backend: str) -> Row:
-    t0 = time.monotonic()
+def read_machine(nprocs: int, backend: str) -> tuple[dict, list[str], str] | None:
+    """This machine's matrix (parsed ``nvidia-smi topo -m``) and the matrix's name of each
+    rank's GPU, with how they were matched; None on gloo or when nvidia-smi gives nothing. Read
+    once per run, for the affinity and ring rows (which raise what reading it raised)."""
     from ..topology.live import nvidia_smi_topo
     from ..topology.matrix import parse_topo_matrix
 
     text = nvidia_smi_topo() if backend == "nccl" else None
     if text is None:
+        return None
+    return (parse_topo_matrix(text), *cuda_to_matrix(nprocs))
+
+
+def affinity(nprocs: int, backend: str, machine) -> Row:
+    t0 = time.monotonic()
+    if isinstance(machine, BaseException):
+        raise machine
+    if machine is None:
         return _row("affinity", t0, SKIP, f"ranks on {backend} (the CPU): no GPU, so no GPU-NUMA-"
                     "NIC affinity to hold the ranks to" if backend != "nccl" else
                     "nvidia-smi topo -m gave nothing here", todo="run on a machine with GPUs")
-    topo = parse_topo_matrix(text)
-    gpus, how = cuda_to_matrix(nprocs)
+    topo, gpus, how = machine
     import dtlab
 
     try:
@@ -293,22 +289,22 @@ def affinity(nprocs: int, backend: str) -> Row:
                 "NIC (section 03)")
 
 
-def ring(nprocs: int, backend: str, busbw: float | None, pass_fraction: float) -> Row:
+def ring(nprocs: int, backend: str, busbw: float | None, pass_fraction: float, machine) -> Row:
     t0 = time.monotonic()
-    from ..topology.live import nvidia_smi_topo, nvml_facts
-    from ..topology.matrix import parse_topo_matrix
+    from ..topology.live import nvml_facts
     from ..topology.nccl_xml import PCIE_GEN, pcie_gbps
 
-    text = nvidia_smi_topo() if backend == "nccl" else None
-    if text is None:
+    if isinstance(machine, BaseException):
+        raise machine
+    if machine is None:
         return _row("ring", t0, SKIP, f"ranks on {backend} (the CPU): no GPU ring to predict"
                     if backend != "nccl" else "nvidia-smi topo -m gave nothing here",
                     todo="run on a machine with 2 or more GPUs")
     import torch
 
-    topo = parse_topo_matrix(text)
-    gpus, how = cuda_to_matrix(nprocs)
-    info = topo.setdefault("gpu_info", {})
+    topo, gpus, how = machine
+    topo = {**topo, "gpu_info": {g: dict(v) for g, v in topo.get("gpu_info", {}).items()}}
+    info = topo["gpu_info"]
     for i, g in enumerate(gpus):  # what the matrix lacks: the NVLink generation, the PCIe rate
         major, minor = torch.cuda.get_device_capability(i)
         info.setdefault(g, {})["sm"] = major * 10 + minor

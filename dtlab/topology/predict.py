@@ -42,7 +42,8 @@ def _gpu_pairs(topo: dict) -> list[tuple[str, str]]:
     return [(g[i], g[j]) for i in range(len(g)) for j in range(i + 1, len(g))]
 
 
-def _link(topo: dict, a: str, b: str) -> str:
+def path_between(topo: dict, a: str, b: str) -> str:
+    """The matrix's path kind between two devices (either order); ValueError if it has none."""
     kind = topo["links"].get((a, b)) or topo["links"].get((b, a))
     if kind is None:
         raise ValueError(f"the topology has no path between {a} and {b}")
@@ -68,7 +69,7 @@ def predict_pairs(topo: dict, *, p2p_level: str = "PXB", nvlink_gbps: float | No
     info = topo.get("gpu_info", {})
     rows = []
     for a, b in _gpu_pairs(topo):
-        kind = _link(topo, a, b)
+        kind = path_between(topo, a, b)
         pcie = pcie_gbps or _min(info.get(a, {}).get("pcie_gbps"), info.get(b, {}).get("pcie_gbps"))
         if link_kind(kind) == "NV" and p2p_level != "LOC":
             sm = info.get(a, {}).get("sm")
@@ -99,27 +100,38 @@ def slowest_pairs(topo: dict) -> dict:
     pairs = _gpu_pairs(topo)
     if not pairs:
         return {"kind": None, "pairs": []}
-    worst = max((_link(topo, a, b) for a, b in pairs), key=link_order)
-    return {"kind": worst, "pairs": [[a, b] for a, b in pairs if _link(topo, a, b) == worst]}
+    worst = max((path_between(topo, a, b) for a, b in pairs), key=link_order)
+    return {"kind": worst, "pairs": [[a, b] for a, b in pairs if path_between(topo, a, b) == worst]}
+
+
+def nearest_nic(topo: dict, gpu: str, nics: list[str] | None = None) -> tuple[str, str] | None:
+    """``(nic, path kind)`` of the NIC of ``nics`` (default: all) with the best PCIe path to
+    ``gpu`` (PIX < PXB < PHB < NODE < SYS), ties broken by the NIC's order; None if none has one."""
+    best = None
+    for n in topo["nics"] if nics is None else nics:
+        kind = topo["links"].get((gpu, n)) or topo["links"].get((n, gpu))
+        if kind and (best is None or link_order(kind) < link_order(best[1])):
+            best = (n, kind)
+    return best
+
+
+def gdr_path(kind: str) -> bool:
+    """NCCL lets a NIC reach the GPU's memory directly (GPUDirect RDMA) over a path of at most
+    PXB (its default NCCL_NET_GDR_LEVEL)."""
+    return LINK_RANK.index(link_kind(kind)) <= LINK_RANK.index("PXB")
 
 
 def nearest_nics(topo: dict) -> dict[str, dict]:
-    """Each GPU's nearest NIC: the best PCIe path (PIX < PXB < PHB < NODE < SYS), ties broken by
-    the NIC's order in the topology. ``{gpu: {nic, name, kind, gdr}}`` with ``gdr`` True when
-    NCCL would let the NIC reach the GPU's memory directly (path at most PXB); None values when
-    the topology has no NIC."""
+    """Each GPU's nearest NIC (:func:`nearest_nic`). ``{gpu: {nic, name, kind, gdr}}`` with
+    ``gdr`` from :func:`gdr_path`; None values when the topology has no NIC."""
     out = {}
     for g in topo["gpus"]:
-        best = None
-        for n in topo["nics"]:
-            kind = topo["links"].get((g, n)) or topo["links"].get((n, g))
-            if kind and (best is None or link_order(kind) < link_order(best[1])):
-                best = (n, kind)
+        best = nearest_nic(topo, g)
         if best is None:
             out[g] = {"nic": None, "name": None, "kind": None, "gdr": None}
         else:
             out[g] = {"nic": best[0], "name": topo["nic_names"].get(best[0], best[0]),
-                      "kind": best[1], "gdr": LINK_RANK.index(link_kind(best[1])) <= 2}
+                      "kind": best[1], "gdr": gdr_path(best[1])}
     return out
 
 
@@ -129,7 +141,7 @@ def ring_bottleneck(topo: dict, order: list[str]) -> dict:
     if len(order) < 2:
         raise ValueError("a ring needs at least 2 GPUs")
     hops = [[order[i], order[(i + 1) % len(order)]] for i in range(len(order))]
-    kinds = [_link(topo, a, b) for a, b in hops]
+    kinds = [path_between(topo, a, b) for a, b in hops]
     worst = max(kinds, key=link_order)
     i = kinds.index(worst)
     return {"hop": hops[i], "kind": worst, "hops": [h + [k] for h, k in zip(hops, kinds)]}
