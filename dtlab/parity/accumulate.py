@@ -37,7 +37,7 @@ import contextlib
 import torch
 import torch.nn.functional as F
 
-from .fsdp import LR, MOMENTUM, PER_RANK, SEQ, VOCAB, TinyTransformer
+from .fsdp import LR, MOMENTUM, PER_RANK, SEQ, VOCAB, TinyTransformer, shard, snapshot
 from .report import tolerance
 
 MODES = ("reference", "ddp_sync_each", "ddp_no_sync", "fsdp2_sync_each", "fsdp2_no_sync")
@@ -67,7 +67,6 @@ def _fsdp2_grad_bytes(model) -> int:
 
 def _train(mode: str, micro: int, steps: int) -> dict:
     import torch.distributed as dist
-    from torch.distributed.fsdp import fully_shard
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     from ..runtime.context import device
@@ -79,8 +78,7 @@ def _train(mode: str, micro: int, steps: int) -> dict:
     model = TinyTransformer().to(dev)
     counter = {"calls": 0}
     if mode.startswith("fsdp2"):
-        for m in [*model.blocks, model]:
-            fully_shard(m)
+        for m in shard(model, dev):
             m.set_custom_reduce_scatter(_counting_reduce_scatter(counter))
     else:
         model = DDP(model)
@@ -104,8 +102,7 @@ def _train(mode: str, micro: int, steps: int) -> dict:
                 held = max(held, _fsdp2_grad_bytes(model) if mode.startswith("fsdp2") else
                            sum(p.grad.nbytes for p in model.parameters() if p.grad is not None))
         opt.step()
-        full = [p.full_tensor() if hasattr(p, "full_tensor") else p for p in model.parameters()]
-        snaps.append(torch.cat([p.detach().double().flatten().cpu() for p in full]))
+        snaps.append(snapshot(model))
     return {"snaps": snaps if rank == 0 else None, "syncs": counter["calls"], "grad_bytes": held,
             "backend": dist.get_backend()}
 

@@ -66,7 +66,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from .fsdp import LR, MOMENTUM, SEQ, VOCAB, TinyTransformer
+from .fsdp import LR, MOMENTUM, SEQ, VOCAB, TinyTransformer, shard
 from .report import tolerance
 
 MODES = ("full", "no_sampler_epoch", "no_rng", "no_optimizer")
@@ -110,17 +110,10 @@ def _augment(x: torch.Tensor) -> torch.Tensor:
 def _fresh(dev):
     """Model and optimizer as a freshly started rank builds them; then the rank's RNG seed."""
     import torch.distributed as dist
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import fully_shard
 
     torch.manual_seed(0)
     model = TinyTransformer().to(dev)
-    # the mesh on the rank's own device type: left to itself, fully_shard puts its mesh on CUDA
-    # whenever a GPU exists, and gloo ranks on a GPU machine then train on cuda:0 (recorded on
-    # 2x H200: "target is on cpu, different from other tensors on cuda:0")
-    mesh = init_device_mesh(dev.type, (dist.get_world_size(),))
-    for m in [*model.blocks, model]:
-        fully_shard(m, mesh=mesh)
+    shard(model, dev)   # gloo ranks on a GPU machine stay on the CPU (recorded on 2x H200)
     opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
     torch.manual_seed(RANK_SEED + dist.get_rank())
     return model, opt, {"step": 0, "epoch": 0, "offset": 0}

@@ -148,6 +148,29 @@ def _allocated(dev) -> int | None:
     return torch.cuda.memory_allocated(dev)
 
 
+def shard(model: "TinyTransformer", dev, **kw) -> list:
+    """FSDP2 as this package shards the transformer: one unit per block, the rest in the root,
+    on a mesh of the rank's own device type (left to itself, ``fully_shard`` puts its mesh on
+    CUDA whenever a GPU exists, and gloo ranks on a GPU machine then train on cuda:0: recorded
+    on 2x H200). ``kw`` goes to every ``fully_shard``; returns the units, for their hooks."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    mesh = init_device_mesh(dev.type, (dist.get_world_size(),))
+    units = [*model.blocks, model]
+    for m in units:
+        fully_shard(m, mesh=mesh, **kw)
+    return units
+
+
+def snapshot(model) -> torch.Tensor:
+    """Every parameter whole (FSDP2's gathered with ``full_tensor()``: a collective, so every
+    rank calls it), flattened into one float64 CPU tensor."""
+    full = [p.full_tensor() if hasattr(p, "full_tensor") else p for p in model.parameters()]
+    return torch.cat([p.detach().double().flatten().cpu() for p in full])
+
+
 def _train(model, steps, rank, world, dev, base=None):
     opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
     losses, snaps = [], []
@@ -158,8 +181,7 @@ def _train(model, steps, rank, world, dev, base=None):
         loss.backward()
         opt.step()
         losses.append(loss.item())
-        full = [p.full_tensor() if hasattr(p, "full_tensor") else p for p in model.parameters()]
-        snap = torch.cat([p.detach().double().flatten().cpu() for p in full])
+        snap = snapshot(model)
         snaps.append(snap if rank == 0 else None)
     held = _local_bytes(model, opt)
     held["storage"] = _storage_bytes(model, opt)
@@ -183,7 +205,7 @@ def rank_side(steps: int, settings: list[str]) -> dict:
     import time
 
     import torch.distributed as dist
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from torch.distributed.fsdp import MixedPrecisionPolicy
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     from ..runtime.context import device
@@ -203,8 +225,7 @@ def rank_side(steps: int, settings: list[str]) -> dict:
         base = _allocated(dev)
         model = TinyTransformer().to(dev)
         counter = {"calls": 0}
-        for m in [*model.blocks, model]:   # one unit per block, the rest in the root
-            fully_shard(m, **kw)
+        for m in shard(model, dev, **kw):
             m.set_custom_reduce_scatter(_counting_reduce_scatter(counter))
         t0 = time.perf_counter()
         out[name] = (*_train(model, steps, rank, world, dev, base), counter["calls"],

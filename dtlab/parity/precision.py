@@ -68,7 +68,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from .fsdp import LR, MOMENTUM, TinyTransformer, _batch
+from .fsdp import LR, MOMENTUM, TinyTransformer, _batch, shard, snapshot
 from .report import tolerance
 
 MODES = ("fp32", "ddp_bf16", "ddp_fp16_scaler", "fsdp2_fp32", "fsdp2_bf16_reduce_fp32",
@@ -141,8 +141,7 @@ def _measuring_reduce_scatter(stats: list):
 def _train(mode: str, steps: int, init_scale: float, growth_interval: int, skip=()) -> dict:
     """One mode, from the same seed; ``skip``: steps whose optimizer step is left out."""
     import torch.distributed as dist
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from torch.distributed.fsdp import MixedPrecisionPolicy
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     from ..runtime.context import device
@@ -155,9 +154,7 @@ def _train(mode: str, steps: int, init_scale: float, growth_interval: int, skip=
     if wrapper == "fsdp2":
         kw = {} if mp is None else {"mp_policy": MixedPrecisionPolicy(
             param_dtype=getattr(torch, mp[0]), reduce_dtype=getattr(torch, mp[1]))}
-        mesh = init_device_mesh(dev.type, (world,))   # gloo ranks stay on CPU (see .checkpoint)
-        for m in [*model.blocks, model]:
-            fully_shard(m, mesh=mesh, **kw)
+        for m in shard(model, dev, **kw):
             m.set_custom_reduce_scatter(_measuring_reduce_scatter(stats))
     else:
         model = DDP(model)
@@ -195,8 +192,7 @@ def _train(mode: str, steps: int, init_scale: float, growth_interval: int, skip=
             s = torch.stack(stats).sum(0)
             dist.all_reduce(s)
             out["reduce"].append((math.sqrt(s[0]) / math.sqrt(s[1]), int(s[2])))
-        full = [p.full_tensor() if hasattr(p, "full_tensor") else p for p in model.parameters()]
-        snap = torch.cat([p.detach().double().flatten().cpu() for p in full])
+        snap = snapshot(model)
         out["snaps"].append(snap if rank == 0 else None)
     out["seconds"] = time.perf_counter() - t0
     return out
