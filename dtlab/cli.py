@@ -10,7 +10,7 @@
     dtlab hang KIND [--nprocs N] [--backend B] [--out DIR]    reproduce a failure (dtlab.hang)
     dtlab diagnose DIR [--json]             name the cause from the evidence (dtlab.hang)
     dtlab topo [FILE] [--json]              GPU/NIC topology and predicted transports (dtlab.topology)
-    dtlab parity [--bug B] [--fsdp] [--json]   DDP/FSDP2 vs one process (dtlab.parity)
+    dtlab parity [--bug B] [--fsdp] [--precision] [--json]   DDP/FSDP2 vs one process
     dtlab multinode script|simulate ...     cluster launch lines; a rehearsal on one machine
     dtlab capstone train [--size S] [--json]   a small Llama with FSDP2 (dtlab.capstone)
 
@@ -303,6 +303,9 @@ def _parity(args) -> int:
             raise ValueError("--fsdp compares FSDP2 with DDP and takes no --bug/--fix.")
         if args.scaling and (args.bug != "none" or args.fix or args.fsdp):
             raise ValueError("--scaling measures DDP throughput and takes no --bug/--fix/--fsdp.")
+        if args.precision and (args.bug != "none" or args.fix or args.fsdp or args.scaling):
+            raise ValueError("--precision compares mixed precision with float32 and takes no "
+                             "--bug/--fix/--fsdp/--scaling.")
         resolve(args.nprocs, args.backend)
     if args.scaling:
         from .parity.scaling import report
@@ -312,6 +315,12 @@ def _parity(args) -> int:
         print(json.dumps(rep, indent=1, default=str) if args.json else "\n".join(
             f"{k}: {v}" for k, v in rep.items()))
         return 0
+    if args.precision:
+        from .parity.precision import line, mixed_precision
+
+        rows = mixed_precision(nprocs=args.nprocs, backend=args.backend, steps=args.steps)
+        print(json.dumps(rows, indent=1) if args.json else "\n".join(map(line, rows)))
+        return 0 if all(r["ok"] for r in rows) else 1
     reports = (fsdp_vs_ddp(nprocs=args.nprocs, backend=args.backend, steps=args.steps)
                if args.fsdp else [compare(args.bug, args.fix, nprocs=args.nprocs,
                                           backend=args.backend, steps=args.steps,
@@ -488,6 +497,9 @@ def build_parser() -> argparse.ArgumentParser:
     par.add_argument("--fsdp", action="store_true", help="FSDP2 (fully_shard) vs DDP instead")
     par.add_argument("--scaling", action="store_true", help="DDP throughput on 1..--nprocs "
                      "ranks, compute/comm overlap, bucket_cap_mb (dtlab.parity.scaling)")
+    par.add_argument("--precision", action="store_true", help="bf16 / fp16 with GradScaler / "
+                     "FSDP2 MixedPrecisionPolicy vs float32, each within its derived tolerance? "
+                     "(dtlab.parity.precision; exit 1 if one is not as expected)")
     par.add_argument("--steps", type=int, default=8, help="training steps (default 8)")
     par.add_argument("--dtype", default="float64", help="float64 or float32 (DDP runs)")
     par.add_argument("--json", action="store_true", help="machine-readable output")

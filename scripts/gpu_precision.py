@@ -20,6 +20,7 @@ os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
 import torch  # noqa: E402
 
 from dtlab.parity import mixed_precision  # noqa: E402
+from dtlab.parity.precision import line  # noqa: E402
 from recorded_cases import record_cases  # noqa: E402  (beside this script)
 
 CASES = {
@@ -29,21 +30,9 @@ CASES = {
 }
 
 
-def _summary(r: dict) -> str:
-    out = (f"{r['mode']} {r['verdict']} (max |dp| {r['max_abs_diff'][-1]:.3g}, |dp|_2 "
-           f"{r['param_l2_diff'][-1]:.3g} <= {r['tolerance'][-1]:.3g})")
-    if r.get("gradient_error_u") is not None:
-        out += f" grad err {r['gradient_error_u']:.2f} u"
-    if r["reduce_error"]:
-        out += f" reduce err {max(r['reduce_error']):.2g}"
-    if r["skipped"] is not None:
-        out += f" skipped {r['skipped']}"
-    return out + ("" if r["ok"] else " NOT AS EXPECTED")
-
-
 def main(out: str) -> int:
     m = torch.backends.cuda.matmul
-    return record_cases(out, "gpu_precision.py", CASES, mixed_precision, _summary, extra=(
+    return record_cases(out, "gpu_precision.py", CASES, mixed_precision, line, extra=(
         f"matmul: allow_tf32={m.allow_tf32}, allow_bf16_reduced_precision_reduction="
         f"{m.allow_bf16_reduced_precision_reduction}, allow_fp16_reduced_precision_reduction="
         f"{m.allow_fp16_reduced_precision_reduction}",))

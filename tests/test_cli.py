@@ -33,6 +33,7 @@ CASES = {  # id: (argv, words the one line must hold)
     "nccl-tests-device": (["nccl-tests", "/dev/null"], "not a regular file"),
     "nccl-tests-missing": (["nccl-tests", "/nonexistent"], "no such file"),
     "diagnose-missing": (["diagnose", "/nonexistent"], "is not a folder"),
+    "parity-precision-bug": (["parity", "--precision", "--bug", "sum_loss"], "takes no --bug"),
 }
 
 
@@ -87,7 +88,7 @@ def test_bad_input_is_one_line_and_exit_status_2(case, paths, capsys):
 
 
 def test_the_same_from_a_terminal(answers):
-    assert len(answers) == 6  # bench, hang, tune, nccl-log, nccl-tests, diagnose
+    assert len(answers) == 7  # bench, hang, tune, nccl-log, nccl-tests, diagnose, parity
     for case, (rc, stdout, stderr) in answers.items():
         _check(case, rc, stdout, stderr)
 

@@ -91,6 +91,7 @@ FIT, SLOW = ("02_bandwidth", "fit_alpha_beta"), ("02_bandwidth", "slow_pairs")
 SP, NN, RB = ("03_topology", "slowest_pairs"), ("03_topology", "nearest_nic"), ("03_topology", "ring_bottleneck")
 CW, NF = ("04_multinode", "check_world"), ("04_multinode", "name_fault")
 TR, PM, RSB = ("05_parity", "train"), ("05_parity", "predict_memory"), ("05_parity", "resume_batches")
+SS = ("05_parity", "scale_schedule")
 TC, BB, REC = ("06_nccl", "transport_channels"), ("06_nccl", "bus_bandwidth"), ("06_nccl", "recommend")
 CL, DG = ("07_hangs", "classify"), ("07_hangs", "diagnosis")
 PMT = ("08_capstone", "postmortem")
@@ -206,6 +207,12 @@ WRONG = {
            lambda: C(RSB, "order = list(sampler)",
                      "order = __import__('torch').randperm(n, generator=__import__('torch')"
                      ".Generator().manual_seed(seed + epoch))[rank::world].tolist()"))],
+    SS: [("the count of clean steps not reset by an overflow: growth after any growth_interval",
+          lambda: C(SS, "scale, clean = scale * backoff_factor, 0", "scale = scale * backoff_factor")),
+         ("overflow past 65504, float16's largest finite number, not where rounding reaches inf",
+          lambda: C(SS, "if abs(scale * g) >= OVERFLOW:", "if abs(scale * g) > 65504.0:")),
+         ("a scale grown past float32's range (to inf in torch's float32)",
+          lambda: C(SS, "if scale * growth_factor <= FLOAT32_MAX:", "if True:"))],
     TC: [("shared memory spelled like P2P and NET (two parts of the via text)",
           lambda: C(TC, 'transport = parts[0] if parts[0] == "SHM" else "/".join(parts[:2])',
                     'transport = "/".join(parts[:2])'))],
@@ -341,6 +348,22 @@ SHORTCUTS = {
            "        batches += [order[b * per_rank:(b + 1) * per_rank] for b in range(len(order) // per_rank)]\n"
            "        epoch += 1\n"
            "    return batches[step:step + count]\n")],
+    SS: [("torch's own GradScaler, driven with gradients of those sizes",
+          lambda: "def scale_schedule(grad_max, init_scale=2.0**16, growth_factor=2.0, backoff_factor=0.5,\n"
+          "                   growth_interval=2000):\n    import torch\n"
+          "    p = torch.zeros(1, dtype=torch.float64, requires_grad=True)\n"
+          "    opt = torch.optim.SGD([p], lr=0.0)\n"
+          "    sc = torch.amp.GradScaler('cpu', init_scale=init_scale, growth_factor=growth_factor,\n"
+          "                              backoff_factor=backoff_factor, growth_interval=growth_interval)\n"
+          "    scales, skipped = [], []\n    for k, g in enumerate(grad_max):\n"
+          "        opt.zero_grad(set_to_none=True)\n        scales.append(sc.get_scale())\n"
+          "        sc.scale((p.half().double() * g).sum()).backward()\n"
+          "        if not torch.isfinite(p.grad).all():\n            skipped.append(k)\n"
+          "        sc.step(opt)\n        sc.update()\n    return scales, skipped\n"),
+         ("the visible case's answer, whatever is asked",
+          lambda: "def scale_schedule(grad_max, init_scale=2.0**16, growth_factor=2.0, backoff_factor=0.5,\n"
+          "                   growth_interval=2000):\n"
+          "    return [65536.0, 32768.0, 32768.0, 65536.0, 65536.0, 131072.0, 131072.0, 262144.0], [0]\n")],
     PM: [("dtlab.parity's own", lambda: "def predict_memory_per_rank(param_shapes, nranks, shard=('params', 'grads', 'optimizer'), optimizer='momentum'):\n"
           "    from dtlab.parity.fsdp import predict_memory\n    return predict_memory(param_shapes, nranks, shard, optimizer)\n")],
     TC: [("dtlab's NCCL log parser", lambda: "def transport_and_channels(log_text):\n"

@@ -10,7 +10,7 @@ overflow float16, backs off, then grows. One launch (~12 s on 2 busy CPU cores).
 import pytest
 
 from dtlab.parity import mixed_precision
-from dtlab.parity.precision import FP16_MAX, INIT_SCALE, MODES, UNIT_ROUNDOFF
+from dtlab.parity.precision import FP16_MAX, INIT_SCALE, MODES, UNIT_ROUNDOFF, line
 from conftest import assert_no_descendants
 
 LOW = ("ddp_bf16", "ddp_fp16_scaler", "fsdp2_bf16_reduce_fp32", "fsdp2_bf16_reduce_bf16")
@@ -71,6 +71,15 @@ def test_the_scaler_skips_overflowing_steps_backs_off_and_grows(rows):
     assert r["reference"] == f"float32 DDP, skipping steps {skipped}"
     assert r["max_abs_diff"][skipped[0]] == 0                         # a skipped step moves nothing
     assert r["vs_unskipped_max_abs_diff"] > 100 * r["max_abs_diff"][-1]   # what skipping cost
+
+
+def test_one_line_per_mode_says_its_verdict_and_what_the_mode_adds(rows):
+    said = {m: line(r) for m, r in rows.items()}
+    assert said["fp32"].startswith("fp32: bitwise (max |dp| 0,")
+    assert "gradient error" in said["ddp_bf16"] and "skipped steps [0" in said["ddp_fp16_scaler"]
+    assert "reduce error" in said["fsdp2_bf16_reduce_bf16"] and "NOT AS EXPECTED" not in "".join(said.values())
+    wrong = dict(rows["ddp_bf16"], ok=False)
+    assert line(wrong).endswith("NOT AS EXPECTED (within tolerance)")
 
 
 @pytest.mark.parametrize("kw, word", [
