@@ -3,6 +3,7 @@ above it, the vocabulary imports nothing at all, and no two packages or runtime 
 each other (lazy imports inside functions count: they are dependencies all the same)."""
 
 import ast
+import functools
 import os
 
 import dtlab
@@ -15,8 +16,9 @@ def _module_name(path: str) -> str:
     return rel.removesuffix(".__init__")
 
 
+@functools.cache
 def _imports() -> dict[str, set[str]]:
-    """{module: every dtlab module it imports, anywhere in its body}."""
+    """{module: every dtlab module it imports, anywhere in its body} (parsed once: ~3 s)."""
     out = {}
     for folder, _, files in os.walk(ROOT):
         for f in files:
