@@ -89,7 +89,7 @@ CA, RA, CR = (("01_collectives", "check_all_gather"), ("01_collectives", "ring_a
               ("01_collectives", "composed_all_reduce"))
 FIT, SLOW = ("02_bandwidth", "fit_alpha_beta"), ("02_bandwidth", "slow_pairs")
 SP, NN, RB = ("03_topology", "slowest_pairs"), ("03_topology", "nearest_nic"), ("03_topology", "ring_bottleneck")
-CW, NF = ("04_multinode", "check_world"), ("04_multinode", "name_fault")
+CW, NF, IBP = ("04_multinode", "check_world"), ("04_multinode", "name_fault"), ("04_multinode", "ib_port_problems")
 TR, PM, RSB = ("05_parity", "train"), ("05_parity", "predict_memory"), ("05_parity", "resume_batches")
 SS = ("05_parity", "scale_schedule")
 TC, BB, REC = ("06_nccl", "transport_channels"), ("06_nccl", "bus_bandwidth"), ("06_nccl", "recommend")
@@ -207,6 +207,20 @@ WRONG = {
            lambda: C(RSB, "order = list(sampler)",
                      "order = __import__('torch').randperm(n, generator=__import__('torch')"
                      ".Generator().manual_seed(seed + epoch))[rank::world].tolist()"))],
+    IBP: [("a port with a link is a ready port: the physical state alone",
+           lambda: C(IBP, 'ready = f.get("State") == "Active" and f.get("Physical state") == "LinkUp"',
+                     'ready = f.get("Physical state") == "LinkUp"')),
+          ("up is enough: the rate never compared",
+           lambda: C(IBP, 'if not ready or float(f.get("Rate", 0)) < expected_rate:', 'if not ready:')),
+          ("one port per adapter: the first value of each field kept, later ports never read",
+           lambda: "def ib_port_problems(ibstat_text, expected_rate):\n"
+           "    cards, ca = {}, None\n"
+           "    for line in ibstat_text.splitlines():\n        text = line.strip()\n"
+           "        if text.startswith(\"CA '\"):\n            ca = text[4:text.index(\"'\", 4)]\n            cards[ca] = {}\n"
+           "        elif ca and ':' in text and not text.startswith('Port '):\n"
+           "            key, value = text.split(':', 1)\n            cards[ca].setdefault(key.strip(), value.strip())\n"
+           "    return sorted([ca, 1] for ca, f in cards.items() if not (f.get('State') == 'Active' and\n"
+           "                  f.get('Physical state') == 'LinkUp' and float(f.get('Rate', 0)) >= expected_rate))\n")],
     SS: [("the count of clean steps not reset by an overflow: growth after any growth_interval",
           lambda: C(SS, "scale, clean = scale * backoff_factor, 0", "scale = scale * backoff_factor")),
          ("overflow past 65504, float16's largest finite number, not where rounding reaches inf",
@@ -348,6 +362,13 @@ SHORTCUTS = {
            "        batches += [order[b * per_rank:(b + 1) * per_rank] for b in range(len(order) // per_rank)]\n"
            "        epoch += 1\n"
            "    return batches[step:step + count]\n")],
+    IBP: [("dtlab's own ibstat reader", lambda: "def ib_port_problems(ibstat_text, expected_rate):\n"
+           "    from dtlab.multinode import ib\n"
+           "    return sorted([p['ca'], p['port']] for p in ib.port_problems(ib.ibstat(ibstat_text), expected_rate))\n"),
+          ("the three real outputs' answers by their adapters, nothing flagged otherwise",
+           lambda: "def ib_port_problems(ibstat_text, expected_rate):\n"
+           "    if \"CA 'mlx4_0'\" in ibstat_text and 'Disabled' in ibstat_text:\n        return [['mlx4_0', 1]]\n"
+           "    if 'Disabled' in ibstat_text:\n        return [['mlx5_1', 1]]\n    return []\n")],
     SS: [("torch's own GradScaler, driven with gradients of those sizes",
           lambda: "def scale_schedule(grad_max, init_scale=2.0**16, growth_factor=2.0, backoff_factor=0.5,\n"
           "                   growth_interval=2000):\n    import torch\n"
