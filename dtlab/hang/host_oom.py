@@ -5,18 +5,21 @@
 
 The reproducer (the launching process) makes a memory cgroup for the culprit rank before any rank
 starts, as a batch system makes one per task (SLURM's task/cgroup), and hands its directories to
-the ranks with the training loop's arguments. At BAD_STEP the culprit moves itself in, limits the group
-a little above what it holds (swap included), and touches memory until the kernel kills it with
-SIGKILL. Once the ranks have ended the reproducer saves what the kernel counted for the group
+the ranks with the training loop's arguments. At BAD_STEP the culprit moves itself in, limits the
+group a little above what it holds (swap included), and touches memory until the kernel kills it
+with SIGKILL. Neither v1 nor v2 moves a process's earlier pages with it, so the group holds next
+to nothing when the rank joins: the kill comes after MARGIN more, well under a second. Once the
+ranks have ended the reproducer saves what the kernel counted for the group
 (``cgroup-memory.json``: oom_kill, the limit, the peak usage, the raw files) into the evidence
-folder and removes the group.
+folder and removes the group. cgroup v2 (``memory.events``, ``memory.max``, ``memory.peak``) is
+written to the kernel's documentation but has not run here: this machine mounts v1.
 
 The kernel's own log lines about the kill are added when ``/dev/kmsg`` can be read without
 blocking. What this was written against (Linux 6.18, cgroup v1 memory controller, as root):
 /dev/kmsg is readable, and a kill in the group logs ``oom-kill:constraint=CONSTRAINT_MEMCG,...,
-oom_memcg=/.../dtlab/NAME,...,task=python,pid=N,uid=0`` and ``Memory cgroup out of memory: Killed
-process N (python) total-vm:...``. Without root (or with ``dmesg_restrict``) the file says why
-it has no kernel lines; the diagnosis does not need them.
+oom_memcg=/.../dtlab/NAME,...,task=dtlab-rank1,pid=N,uid=0`` and ``Memory cgroup out of memory:
+Killed process N (dtlab-rank1) total-vm:...``. Without root (or with ``dmesg_restrict``) the file
+says why it has no kernel lines; the diagnosis does not need them.
 """
 
 from __future__ import annotations
@@ -72,7 +75,7 @@ def make(rank: int) -> tuple[Cgroup, dict]:
 
 
 def _make(what: str) -> Cgroup | None:
-    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")  # no limit until the rank sets one
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")  # until the rank sets one
     return Cgroup.create(f"hang-host_oom-{what}-{os.getpid()}-{secrets.token_hex(3)}",
                          memory_bytes=total, tasks=4096)
 
@@ -125,11 +128,11 @@ def select(messages: list[str], name: str) -> list[str]:
     """The kernel's lines about an OOM kill in the group ``name``: its ``oom-kill:`` summary
     (which names the group and the pid) and the ``Killed process PID`` line of that pid.
 
-    >>> select(["oom-kill:constraint=CONSTRAINT_MEMCG,oom_memcg=/a/dtlab/g1,task=python,pid=7,uid=0",
-    ...         "Memory cgroup out of memory: Killed process 7 (python) total-vm:9kB",
+    >>> select(["oom-kill:constraint=CONSTRAINT_MEMCG,oom_memcg=/a/dtlab/g1,task=py,pid=7,uid=0",
+    ...         "Memory cgroup out of memory: Killed process 7 (py) total-vm:9kB",
     ...         "oom-kill:constraint=CONSTRAINT_MEMCG,oom_memcg=/a/dtlab/g10,task=x,pid=8,uid=0",
     ...         "Memory cgroup out of memory: Killed process 8 (x) total-vm:9kB"], "g1")[1]
-    'Memory cgroup out of memory: Killed process 7 (python) total-vm:9kB'
+    'Memory cgroup out of memory: Killed process 7 (py) total-vm:9kB'
     """
     ours = re.compile(rf"oom_memcg=\S*/{re.escape(name)}(?:,|$)")
     pids = {m[1] for line in messages if ours.search(line)

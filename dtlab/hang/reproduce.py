@@ -15,8 +15,9 @@ What is recorded (an evidence directory, see :mod:`dtlab.runtime.evidence`):
 * Flight Recorder dumps: from ranks that raise, from finished ranks, and on NCCL from the
   watchdog at the collective timeout and through its dump pipe during the hang;
 * on NCCL, the NCCL_DEBUG=INFO logs (INIT,COLL), one file per rank;
-* for ``host_oom``, what the kernel counted for the culprit's memory cgroup (``cgroup-memory.json``:
-  oom_kill, limit, peak usage; :mod:`.host_oom`), saved once the ranks have ended;
+* for ``host_oom``, what the kernel counted for the culprit's memory cgroup
+  (``cgroup-memory.json``: oom_kill, limit, peak usage; :mod:`.host_oom`), saved once the ranks
+  have ended;
 * with ``detail=True`` a second run with TORCH_DISTRIBUTED_DEBUG=DETAIL into ``detail/``: the
   same bug as torch's collective checker reports it, before the collective runs.
 
@@ -125,9 +126,9 @@ def _one_run(kind: str, nprocs: int, backend: str, timeout: float, out: str, del
     meta = {"reproducer": {"tool": "dtlab hang", "kind": kind, "culprit_rank": CULPRIT % nprocs,
                            "pg_timeout_s": pg_timeout, "detail": detail, "env": env}}
     try:
-        launch(training_loop, (kind, delay, where), nprocs=nprocs, backend=backend, timeout=timeout,
-               env=env, snapshot_quiet=2.0, evidence_dir=out, meta=meta, failure_grace=5.0,
-               pg_timeout=pg_timeout)
+        launch(training_loop, (kind, delay, where), nprocs=nprocs, backend=backend,
+               timeout=timeout, env=env, snapshot_quiet=2.0, evidence_dir=out, meta=meta,
+               failure_grace=5.0, pg_timeout=pg_timeout)
         return "ok", None
     except (RankError, HangError) as e:
         return type(e).__name__, str(e).splitlines()[0]

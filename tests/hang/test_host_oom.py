@@ -62,7 +62,8 @@ def test_oom_killed_rank_is_oom_with_the_cgroups_limit(tmp_path):
                                 "its memory cgroup (limit 32.2 MiB)"), d.summary
     assert "Host memory" in d.summary
     found = [e for e in d.evidence if e["kind"] == "memory_events"]
-    assert found and found[0]["file"] == "cgroup-memory.json" and "oom_kill 1" in found[0]["finding"]
+    assert found and found[0]["file"] == "cgroup-memory.json"
+    assert "oom_kill 1" in found[0]["finding"]
 
 
 def test_plain_sigkill_is_never_called_oom(tmp_path):
