@@ -53,6 +53,9 @@ KINDS = {k.name: k for k in [
     Kind("rank_killed", "rank_died", "the culprit is killed with SIGKILL mid-run", BAD_STEP + 1),
     Kind("oom", "oom", "the culprit runs out of memory (GPU) / fails an allocation (CPU)",
          BAD_STEP + 1),
+    # root only (a memory cgroup); dtlab.hang.reproduce refuses it, saying why, where it cannot
+    Kind("host_oom", "oom", "the kernel's OOM killer ends the culprit in its memory cgroup "
+         "(host RAM, SIGKILL)", BAD_STEP + 1),
     Kind("p2p_deadlock", "p2p_deadlock", "every rank sends to its neighbour before receiving",
          None),
     Kind("straggler", "straggler", "the culprit is slower by a set delay every step: no hang",
@@ -87,8 +90,9 @@ def _compute():
     return (x @ x).sum()
 
 
-def training_loop(kind: str, delay: float = 1.0) -> float:
-    """Run the loop; misbehave on the culprit rank at BAD_STEP as ``kind`` says."""
+def training_loop(kind: str, delay: float = 1.0, cgroup: dict | None = None) -> float:
+    """Run the loop; misbehave on the culprit rank at BAD_STEP as ``kind`` says. ``cgroup``:
+    the culprit's memory cgroup for ``host_oom`` (made by :func:`dtlab.hang.host_oom.make`)."""
     import torch
     import torch.distributed as dist
 
@@ -125,6 +129,10 @@ def training_loop(kind: str, delay: float = 1.0) -> float:
             sys.exit(3)  # <- the bug
         elif bad and kind == "rank_killed":
             os.kill(os.getpid(), signal.SIGKILL)  # <- the bug (the OOM killer, a node failure)
+        elif bad and kind == "host_oom":
+            from .host_oom import exhaust
+
+            exhaust(rank, cgroup)  # <- the bug: more host memory than its cgroup allows (SIGKILL)
         elif bad and kind == "oom":
             _allocate_too_much(grad.device)  # <- the bug
             dist.all_reduce(grad)

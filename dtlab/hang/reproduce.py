@@ -15,6 +15,9 @@ What is recorded (an evidence directory, see :mod:`dtlab.runtime.evidence`):
 * Flight Recorder dumps: from ranks that raise, from finished ranks, and on NCCL from the
   watchdog at the collective timeout and through its dump pipe during the hang;
 * on NCCL, the NCCL_DEBUG=INFO logs (INIT,COLL), one file per rank;
+* for ``host_oom``, what the kernel counted for the culprit's memory cgroup
+  (``cgroup-memory.json``: oom_kill, limit, peak usage; :mod:`.host_oom`), saved once the ranks
+  have ended;
 * with ``detail=True`` a second run with TORCH_DISTRIBUTED_DEBUG=DETAIL into ``detail/``: the
   same bug as torch's collective checker reports it, before the collective runs.
 
@@ -34,7 +37,8 @@ from ..paths import check_output_folder
 from ..runtime import HangError, RankError
 from ..runtime.launch import launch
 from ..runtime.evidence import new_folder
-from .kinds import KINDS, training_loop
+from . import host_oom
+from .kinds import CULPRIT, KINDS, training_loop
 
 
 @dataclass
@@ -98,6 +102,8 @@ def check_args(kind: str, nprocs: int = 3, backend: str = "auto", timeout: float
     number("delay", delay, 0, 600, "the straggler's lag per step, seconds")
     if pg_timeout is not None:
         number("pg_timeout", pg_timeout, 0.1, 86400, "seconds")
+    if kind == "host_oom":
+        host_oom.check()
     if out is not None:
         check_output_folder(out, "out", empty=True, so="evidence from two runs never mixes")
     return resolve(nprocs, backend).backend
@@ -113,13 +119,19 @@ def _one_run(kind: str, nprocs: int, backend: str, timeout: float, out: str, del
         os.makedirs(os.path.join(out, "nccl"), exist_ok=True)
         env.update({"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,COLL",
                     "NCCL_DEBUG_FILE": os.path.join(os.path.abspath(out), "nccl", "%h.%p.log")})
+    cgroup, where = None, None
+    if kind == "host_oom":  # the culprit's memory cgroup, made here so that it is removed here
+        cgroup, where = host_oom.make(CULPRIT % nprocs)
     # provenance for people; `dtlab diagnose` never reads this section
-    meta = {"reproducer": {"tool": "dtlab hang", "kind": kind, "culprit_rank": 1 % nprocs,
+    meta = {"reproducer": {"tool": "dtlab hang", "kind": kind, "culprit_rank": CULPRIT % nprocs,
                            "pg_timeout_s": pg_timeout, "detail": detail, "env": env}}
     try:
-        launch(training_loop, (kind, delay), nprocs=nprocs, backend=backend, timeout=timeout,
-               env=env, snapshot_quiet=2.0, evidence_dir=out, meta=meta, failure_grace=5.0,
-               pg_timeout=pg_timeout)
+        launch(training_loop, (kind, delay, where), nprocs=nprocs, backend=backend,
+               timeout=timeout, env=env, snapshot_quiet=2.0, evidence_dir=out, meta=meta,
+               failure_grace=5.0, pg_timeout=pg_timeout)
         return "ok", None
     except (RankError, HangError) as e:
         return type(e).__name__, str(e).splitlines()[0]
+    finally:
+        if cgroup is not None:  # the ranks have ended: what the kernel counted, then no group
+            host_oom.record(cgroup, CULPRIT % nprocs, out)

@@ -180,6 +180,67 @@ class Cgroup:
             pass
         return 0
 
+    def memory_usage(self) -> int:
+        """Bytes charged to the group now (pages it touched since it joined: v1 and v2 move no
+        earlier charges with a process)."""
+        name = "memory.current" if self.version == 2 else "memory.usage_in_bytes"
+        return int(_read(os.path.join(self.dirs[0], name)))
+
+    def limit_memory(self, memory_bytes: int) -> None:
+        """Set the group's memory limit, swap included where the controller counts swap (v1's
+        ``memory.memsw.*`` exists only with swap accounting on; v2's ``memory.swap.max``)."""
+        d = self.dirs[0]
+        if self.version == 2:
+            _write(os.path.join(d, "memory.max"), str(memory_bytes))
+            if os.path.exists(os.path.join(d, "memory.swap.max")):
+                _write(os.path.join(d, "memory.swap.max"), "0")
+            return
+        # memory+swap may never be below memory alone: raise it first when raising, after when
+        # lowering (the kernel refuses the other order with EINVAL)
+        memsw = os.path.join(d, "memory.memsw.limit_in_bytes")
+        order = ["memory.limit_in_bytes"]
+        if os.path.exists(memsw):
+            lowering = memory_bytes < int(_read(os.path.join(d, "memory.limit_in_bytes")))
+            order = order + [memsw] if lowering else [memsw] + order
+        for name in order:
+            _write(os.path.join(d, name), str(memory_bytes))
+
+    def memory_events(self) -> dict:
+        """What the kernel counted for the group's memory: ``oom_kill`` (processes the OOM killer
+        ended), ``limit_bytes``, ``peak_bytes`` (the highest usage, where the kernel keeps it)
+        and ``failcnt`` (v1: times usage hit the limit), with the raw files they came from.
+        v1: memory.oom_control, memory.limit_in_bytes, memory.max_usage_in_bytes,
+        memory.failcnt; v2: memory.events, memory.max, memory.peak (Linux 5.19+)."""
+        d = self.dirs[0]
+        names = (("memory.events", "memory.max", "memory.peak") if self.version == 2 else
+                 ("memory.oom_control", "memory.limit_in_bytes", "memory.max_usage_in_bytes",
+                  "memory.failcnt"))
+        raw = {}
+        for name in names:
+            try:
+                raw[name] = _read(os.path.join(d, name))
+            except OSError:
+                pass
+
+        def number(name, key=None):
+            text = raw.get(name, "")
+            if key is not None:
+                text = next((line.split()[1] for line in text.splitlines()
+                             if line.split()[:1] == [key]), "")
+            text = text.strip()
+            return int(text) if text.isdigit() else None  # v2 "max": no limit
+
+        if self.version == 2:
+            out = {"oom_kill": number("memory.events", "oom_kill"),
+                   "limit_bytes": number("memory.max"), "peak_bytes": number("memory.peak"),
+                   "max_events": number("memory.events", "max")}
+        else:
+            out = {"oom_kill": number("memory.oom_control", "oom_kill"),
+                   "limit_bytes": number("memory.limit_in_bytes"),
+                   "peak_bytes": number("memory.max_usage_in_bytes"),
+                   "failcnt": number("memory.failcnt")}
+        return {**out, "files": raw}
+
     def kill(self, timeout: float = 10.0) -> None:
         """SIGKILL everything in the group, until it is empty (a fork races the first pass)."""
         if self.version == 2 and os.path.exists(os.path.join(self.dirs[0], "cgroup.kill")):

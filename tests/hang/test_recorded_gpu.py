@@ -21,13 +21,17 @@ EXPECTED = {  # culprits, seq, confident, root ranks
 }
 # re-recordings of a kind, in folders of their own: folder -> kind
 AGAIN = {"p2p_deadlock_separate_buffers": "p2p_deadlock"}
+# kinds added after the H200 recording, with why a GPU recording adds nothing to their live test
+NOT_RECORDED = {"host_oom": "host memory in a cgroup: the same on any Linux machine, recorded "
+                            "live by tests/hang/test_reproduce_diagnose.py"}
+RECORDED = [k for k in KINDS if k not in NOT_RECORDED]
 
 
 def test_every_kind_was_recorded():
-    assert sorted(os.listdir(ROOT)) == sorted([*KINDS, *AGAIN, "README.md"])
+    assert sorted(os.listdir(ROOT)) == sorted([*RECORDED, *AGAIN, "README.md"])
 
 
-@pytest.mark.parametrize("folder", [*KINDS, *AGAIN])
+@pytest.mark.parametrize("folder", [*RECORDED, *AGAIN])
 def test_recorded_gpu_evidence(folder, tmp_path):
     kind = AGAIN.get(folder, folder)
     src = os.path.join(ROOT, folder)

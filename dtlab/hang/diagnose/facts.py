@@ -49,6 +49,7 @@ class Facts:
     nccl_divergence: dict | None = None
     nccl_files: list[str] = field(default_factory=list)
     p2p_tail: dict[int, list[dict]] = field(default_factory=dict)  # last NCCL send/recv per rank
+    memory: dict[int, dict] = field(default_factory=dict)  # a rank's memory cgroup, as counted
 
     def of(self, kind: str, rank: int | None = None, every_run: bool = False) -> list[S.Signal]:
         pool = self.described if every_run else self.signals
@@ -107,8 +108,13 @@ def gather(ev: EvidenceSet) -> Facts:
                 f.trace_source = "flight_recorder"
         elif item.kind == "nccl_log" and in_top:
             nccl_paths.append(item)
+        elif item.kind == "memory_events" and in_top:
+            for g in item.data["memory_cgroups"]:
+                if isinstance(g, dict) and isinstance(g.get("rank"), int):
+                    f.memory[g["rank"]] = {**g, "file": item.path}
     if nccl_paths:
         _nccl_facts(f, nccl_paths)
+    _oom_killed(f)
     if f.outside:  # a whole job stopped from outside: every rank ended by that, none by itself
         f.stopped |= {r for r, c in {**f.reported_exits, **f.exit_codes}.items()
                       if c is not None and c < 0}
@@ -125,6 +131,26 @@ def _launcher_facts(f: Facts, rep: launcher.LauncherReport, path: str) -> None:
     f.launcher_lines += rep.lines
     for r in rep.oom:
         f.signals.append(S.Signal("oom", r, path, f"SLURM: task {r}: Out Of Memory"))
+
+
+def _oom_killed(f: Facts) -> None:
+    """A rank whose memory cgroup counted an OOM kill and that ended by SIGKILL (or whose end
+    is not recorded) was ended by the kernel's OOM killer. A count with another ending (a child
+    of the rank was the one killed) or a SIGKILL with no count is not that."""
+    for r, g in sorted(f.memory.items()):
+        kills, code = g.get("oom_kill"), f.exit_codes.get(r, f.reported_exits.get(r))
+        if not isinstance(kills, int) or kills < 1 or code not in (None, -9) or r in f.stopped:
+            continue
+        limit = g.get("limit_bytes")
+        f.signals.append(S.Signal("oom", r, g["file"], (
+            f"the kernel's OOM killer ended rank {r} in its memory cgroup (oom_kill {kills}"
+            + (f", limit {_mib(limit)}" if isinstance(limit, int) else "")
+            + (f", peak {_mib(g['peak_bytes'])}" if isinstance(g.get("peak_bytes"), int) else "")
+            + ")"), {"killer": "kernel", "limit_bytes": limit, "oom_kill": kills}))
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1 << 20):.1f} MiB"
 
 
 def _run_facts(f: Facts, info: dict) -> None:

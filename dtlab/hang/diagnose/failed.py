@@ -23,16 +23,49 @@ def oom(v):
     if ranks:  # an unattributed line (a launcher's) adds nothing once a rank is named
         ooms = [s for s in ooms if s.rank is not None]
     for s in ooms:
-        v.note(s.path, "console", f"rank {s.rank}: out of memory: {clip(s.line, 160)}")
+        if s.data.get("killer") == "kernel":
+            v.note(s.path, "memory_events", clip(s.line, 160))
+        else:
+            v.note(s.path, "console", f"rank {s.rank}: out of memory: {clip(s.line, 160)}")
     seq, op = v.stuck_seq(exclude=ranks)
+    # the kernel's OOM killer (a cgroup's count, beside a SIGKILL) or an allocation that failed
+    # in the rank (its own message): told apart because the fix is different
+    killed = {s.rank: s for s in ooms if s.data.get("killer") == "kernel"}
+    if ranks and set(killed) == set(ranks):
+        limits = sorted({s.data["limit_bytes"] for s in killed.values()
+                         if isinstance(s.data.get("limit_bytes"), int)})
+        what = (f"{ranks_word(ranks).capitalize()} was killed (SIGKILL) by the kernel's OOM "
+                f"killer inside {'its' if len(ranks) == 1 else 'their'} memory cgroup"
+                + (f" (limit {' / '.join(f'{n / (1 << 20):.1f} MiB' for n in limits)})"
+                   if limits else ""))
+        for r in ranks:
+            if (code := _exit_code(v.f, r)) is not None:
+                v.note("run.json" if r in v.f.exit_codes else "console", "exit",
+                       f"rank {r}: {exit_summary(code)}")
+        fix = ("Host memory, not the GPU's: fix that rank's use of it (data loader workers, "
+               "pinned buffers, a leak) or give its cgroup (the job's memory request) more")
+    else:
+        what = (f"{ranks_word(ranks).capitalize()} ran out of memory" if ranks else
+                "A rank (which one, the evidence does not say) ran out of memory")
+        fix = "Fix the memory use on that rank (batch size, activation checkpointing, a leak)"
     return v.done("oom", ranks, seq, op,
-                  (f"{ranks_word(ranks).capitalize()} ran out of memory" if ranks else
-                   "A rank (which one, the evidence does not say) ran out of memory")
-                  + (f" before collective #{seq} ({op})" if seq else "")
+                  what + (f" before collective #{seq} ({op})" if seq else "")
                   + "; the other ranks then waited for it in that collective until they "
-                    "failed or were stopped. Fix the memory use on that rank (batch size, "
-                    "activation checkpointing, a leak); the hang is only a consequence.",
+                    f"failed or were stopped. {fix}; the hang is only a consequence.",
                   confident=bool(ranks), root=ranks)
+
+
+def _exit_code(f, r: int) -> int | None:
+    """Rank ``r``'s exit code as run.json or a launcher recorded it."""
+    return f.exit_codes.get(r, f.reported_exits.get(r))
+
+
+def _sigkill_why(f, r: int) -> str:
+    """What the evidence says about a SIGKILL's sender, without guessing: the OOM killer is
+    named only when a memory cgroup counted a kill (then the ``oom`` rule has decided)."""
+    if r in f.memory:
+        return "; its memory cgroup counted no OOM kill: not the OOM killer"
+    return "; could be the OOM killer; the evidence holds no memory events"
 
 
 def start_up(v):
@@ -119,7 +152,7 @@ def died(v):
             site = ex[0].data.get("site")
             return (f"{exit_summary(code)}: it called sys.exit({clip(ex[0].data['message'], 40)})"
                     + (f" at {site}" if site else ""))
-        return ended(code)
+        return ended(code) + (_sigkill_why(f, r) if code == -9 else "")
 
     for r, code in sorted(f.exit_codes.items()):
         if code is None or r in f.stopped:

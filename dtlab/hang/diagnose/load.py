@@ -7,6 +7,8 @@ flight_recorder    a pickle or JSON dict with ``entries`` and ``version`` (torch
 run_info           dtlab's ``run.json`` (ranks, pids, exit codes, who dtlab stopped)
 nccl_log           lines with ``NCCL INFO`` / ``NCCL WARN``
 stacks             a py-spy dump (``Process N: ...`` then ``Thread ...``)
+memory_events      a JSON dict with ``memory_cgroups``: what the kernel counted for a rank's
+                   memory cgroup (``dtlab hang host_oom``'s ``cgroup-memory.json``)
 console            any other text: rank output, torchrun/launcher console, dmesg, ...
 =================  ===============================================================
 
@@ -120,6 +122,8 @@ def classify(path: str, raw: bytes) -> tuple[str, object, str]:
                 return "run_info", obj, ""
             if "failure_class" in obj:
                 return "verdict", obj, ""
+            if isinstance(obj.get("memory_cgroups"), list):
+                return "memory_events", obj, ""
     if _NCCL_LINE.search(text):
         return "nccl_log", None, text
     if _PYSPY_HEAD.search(text) and "Thread " in text:
