@@ -183,19 +183,30 @@ class RankProcs:
         # KeyboardInterrupt. Blocking SIGINT on this thread did not hold it back: the store's
         # and the control server's threads took it. From a thread of its own, torch leaves the
         # handlers alone; the interrupt lands here, in join(), and waits for the handles.
+        # The interrupt itself is held back by a handler of our own for the while: a
+        # KeyboardInterrupt can land between any two statements, and one that landed outside a
+        # try around the wait left this call before the thread had started every rank (a rank
+        # started after the caller had given up on it; seen once in 2 runs of the test suite on
+        # 2 busy cores). Once every rank is accounted for the caller's handler is back and gets
+        # the interrupt, as it would have.
         _quiet_torchrun_thread_warning()
         starter = threading.Thread(target=start_all, name="dtlab-start-ranks", daemon=True)
-        interrupted = None
-        starter.start()
-        while not done.is_set():
-            try:  # not join(): one interrupted by KeyboardInterrupt marks the thread as ended
-                done.wait()
-            except KeyboardInterrupt as e:
-                interrupted = e
+        held: list[int] = []
+        # only the main thread gets interrupts; a handler installed outside Python (None) stays
+        previous = (signal.getsignal(signal.SIGINT)
+                    if threading.current_thread() is threading.main_thread() else None)
+        if previous is not None:
+            signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
+        try:
+            starter.start()
+            done.wait()
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGINT, previous)
         if self.handles:
             _LIVE.add(self)
-        if interrupted is not None:  # the user's Ctrl-C first: an error it caused is its echo
-            raise interrupted
+        if held:  # the user's Ctrl-C first (the caller's handler): an error it caused is its echo
+            signal.raise_signal(signal.SIGINT)
         if "error" in got:
             raise got["error"]
 
