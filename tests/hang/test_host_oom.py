@@ -144,3 +144,15 @@ def test_refused_in_one_line_where_no_cgroup_can_be_made(monkeypatch, capsys):
     err = capsys.readouterr().err
     assert err.startswith("dtlab hang: kind='host_oom' needs a memory cgroup: ") and \
         err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_the_recorded_run_notebook_07_falls_back_on_is_diagnosed_oom():
+    """data/cpu-host-oom/host_oom: what 07 shows where no memory cgroup can be made."""
+    from dtlab.course.recorded import data_root
+
+    ev = os.path.join(data_root(), "cpu-host-oom", "host_oom")
+    d = diagnose(ev)
+    assert (d.failure_class, d.culprit_ranks, d.confident) == ("oom", [1], True)
+    assert "the kernel's OOM killer" in d.summary and "limit 32.2 MiB" in d.summary
+    with open(os.path.join(ev, "diagnosis.json")) as f:   # what the recording command wrote
+        assert json.load(f)["failure_class"] == "oom"
