@@ -25,6 +25,13 @@ refuses three things, each with a reason the feedback shows:
   (Measured on the course's reference solutions, written by the library's own author: at most
   34 % and 28 fingerprints shared; a pasted module: 100 %.)
 
+A mechanical rewrite that changes every token run is undone first: each check runs on the cell
+as written and again on the cell with calls to its own pass-through functions removed
+(``_i(x)`` -> ``x`` for a ``def _i(x): return x`` or ``_i = lambda x: x``; ninth red team: a
+script that wrapped every name and constant of a pasted module in one left 0 of 196
+fingerprints shared), and the library's files are fingerprinted as written and as
+:func:`ast.unparse` writes them, so that the two spellings meet.
+
 Rewriting the library's algorithm in one's own words is not caught, and is not meant to be: that
 is doing the exercise with a good reference open. What is caught is handing in code that was not
 written. ``tests/grading`` checks both directions: every reference solution passes, every
@@ -36,6 +43,7 @@ True
 
 from __future__ import annotations
 
+import ast
 import builtins
 import hashlib
 import io
@@ -143,11 +151,53 @@ _LIB: dict[str, set[int]] = {}
 
 
 def _library(path: str) -> set[int]:
-    """Every k-gram hash of one library file (all of them: a copy may start anywhere)."""
+    """Every k-gram hash of one library file (all of them: a copy may start anywhere), as
+    written and as ``ast.unparse`` writes it (what :func:`unwrapped` compares)."""
     if path not in _LIB:
         with open(path, encoding="utf-8") as f:
-            _LIB[path] = set(_hashes(_tokens(f.read()) or []))
+            text = f.read()
+        _LIB[path] = set(_hashes(_tokens(text) or []))
+        try:
+            _LIB[path] |= set(_hashes(_tokens(ast.unparse(ast.parse(text))) or []))
+        except (SyntaxError, ValueError):
+            pass
     return _LIB[path]
+
+
+def unwrapped(source: str) -> str | None:
+    """``source`` without calls to its own pass-through functions, as ``ast.unparse`` writes
+    it; None when it has none (or does not parse).
+
+    >>> unwrapped("def _i(x):\\n    return x\\ny = _i(len)(_i('ab'))\\n")
+    "def _i(x):\\n    return x\\ny = len('ab')"
+    """
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return None
+    same = set()
+    for node in ast.walk(tree):
+        fn = node if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) else None
+        if fn and fn.args.args and len(fn.body) == 1 and isinstance(fn.body[0], ast.Return) \
+                and isinstance(fn.body[0].value, ast.Name) and fn.body[0].value.id == fn.args.args[0].arg:
+            same.add(fn.name)
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 \
+                and isinstance(node.targets[0], ast.Name) and isinstance(node.value, ast.Lambda) \
+                and node.value.args.args and isinstance(node.value.body, ast.Name) \
+                and node.value.body.id == node.value.args.args[0].arg:
+            same.add(node.targets[0].id)
+    if not same:
+        return None
+
+    class Unwrap(ast.NodeTransformer):
+        def visit_Call(self, node):
+            self.generic_visit(node)
+            if isinstance(node.func, ast.Name) and node.func.id in same and len(node.args) == 1 \
+                    and not node.keywords and not isinstance(node.args[0], ast.Starred):
+                return node.args[0]
+            return node
+
+    return ast.unparse(Unwrap().visit(tree))
 
 
 def borrowed(source: str, without) -> str | None:
@@ -175,17 +225,19 @@ def borrowed(source: str, without) -> str | None:
         return (f"your solution cell carries {carried:,} characters of literals and comments (at "
                 f"most {PAYLOAD_CHARS:,}): an answer computes its result, it does not bring code "
                 f"or data along in text or numbers")
-    mine = fingerprints(source)
-    if not mine:
-        return None
     files = module_files(without)
-    lib = set().union(*(_library(p) for p in files)) if files else set()
-    shared = mine & lib
-    if len(shared) >= MANY_SHARED or (len(shared) >= MIN_SHARED and len(shared) >= SHARE * len(mine)):
-        top = os.path.dirname(os.path.dirname(files[0]))
-        most = sorted(files, key=lambda p: -len(_library(p) & shared))
-        where = [os.path.relpath(p, top) for p in most if _library(p) & shared]
-        return (f"your solution cell is the code of {', '.join(where[:3])} "
-                f"({len(shared)} of its {len(mine)} fingerprints are there), which this exercise "
-                f"takes away: write it yourself")
+    if not files:
+        return None
+    lib = set().union(*(_library(p) for p in files))
+    for text in (source, unwrapped(source)):
+        mine = fingerprints(text) if text else set()
+        shared = mine & lib
+        if len(shared) >= MANY_SHARED or (len(shared) >= MIN_SHARED
+                                          and len(shared) >= SHARE * len(mine)):
+            top = os.path.dirname(os.path.dirname(files[0]))
+            most = sorted(files, key=lambda p: -len(_library(p) & shared))
+            where = [os.path.relpath(p, top) for p in most if _library(p) & shared]
+            return (f"your solution cell is the code of {', '.join(where[:3])} "
+                    f"({len(shared)} of its {len(mine)} fingerprints are there), which this "
+                    f"exercise takes away: write it yourself")
     return None

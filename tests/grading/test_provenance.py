@@ -100,6 +100,42 @@ def test_renamed_and_padded_copies_are_refused():
     assert borrowed(own, ("dtlab.hang",)) is None  # the padding alone is the learner's
 
 
+class _Wrap(ast.NodeTransformer):
+    """Every loaded name and constant wrapped in a call of a pass-through function (ninth red
+    team: no run of 12 tokens of the copy is the library's any more)."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def _wrap(self, node):
+        return ast.copy_location(ast.Call(ast.Name(self.fn, ast.Load()), [node], []), node)
+
+    def visit_Name(self, node):
+        return self._wrap(node) if isinstance(node.ctx, ast.Load) else node
+
+    def visit_Constant(self, node):
+        return self._wrap(node) if isinstance(node.value, (str, int, float)) else node
+
+    def visit_JoinedStr(self, node):  # an f-string's parts stay as they are
+        return node
+
+
+IB = os.path.join(ROOT, "dtlab", "multinode", "ib.py")
+
+
+@pytest.mark.parametrize("wrapper", ["def _i(x):\n    return x\n", "_i = lambda v: v\n"])
+def test_a_copy_with_every_name_wrapped_in_a_pass_through_call_is_refused(wrapper, monkeypatch):
+    tree = ast.fix_missing_locations(_Wrap("_i").visit(ast.parse(code_of(IB))))
+    cell = wrapper + ast.unparse(tree) + (
+        "\n\ndef ib_port_problems(text, rate):\n"
+        "    return sorted([p['ca'], p['port']] for p in port_problems(ibstat(text), rate))\n")
+    with monkeypatch.context() as m:   # the cell as written: the wrapping hides the copy
+        m.setattr(provenance, "unwrapped", lambda source: None)
+        assert borrowed(cell, ("dtlab.multinode",)) is None
+    why = borrowed(cell, ("dtlab.multinode",))
+    assert why and "multinode/ib.py" in why and "takes away" in why, why
+
+
 def test_a_packed_copy_is_refused():
     blob = base64.b64encode(zlib.compress(open(FIT, "rb").read())).decode()
     cell = (f"import base64, zlib\n_B = {blob!r}\nexec(zlib.decompress(base64.b64decode(_B)))\n"
