@@ -182,8 +182,7 @@ class RankProcs:
         # the ranks, it dropped the handles of those already started, and it was never a
         # KeyboardInterrupt. Blocking SIGINT on this thread did not hold it back: the store's
         # and the control server's threads took it. From a thread of its own, torch leaves the
-        # handlers alone; the interrupt lands here, in join(), and waits for the handles.
-        # The interrupt itself is held back by a handler of our own for the while: a
+        # handlers alone. The interrupt itself is held by a handler of our own meanwhile: a
         # KeyboardInterrupt can land between any two statements, and one that landed outside a
         # try around the wait left this call before the thread had started every rank (a rank
         # started after the caller had given up on it; seen once in 2 runs of the test suite on

@@ -51,6 +51,10 @@ class Facts:
     p2p_tail: dict[int, list[dict]] = field(default_factory=dict)  # last NCCL send/recv per rank
     memory: dict[int, dict] = field(default_factory=dict)  # a rank's memory cgroup, as counted
 
+    def exit_code(self, rank: int) -> int | None:
+        """The rank's exit code as run.json or, failing that, a launcher recorded it."""
+        return self.exit_codes.get(rank, self.reported_exits.get(rank))
+
     def of(self, kind: str, rank: int | None = None, every_run: bool = False) -> list[S.Signal]:
         pool = self.described if every_run else self.signals
         return [s for s in pool if s.kind == kind and (rank is None or s.rank == rank)]
@@ -138,18 +142,19 @@ def _oom_killed(f: Facts) -> None:
     is not recorded) was ended by the kernel's OOM killer. A count with another ending (a child
     of the rank was the one killed) or a SIGKILL with no count is not that."""
     for r, g in sorted(f.memory.items()):
-        kills, code = g.get("oom_kill"), f.exit_codes.get(r, f.reported_exits.get(r))
+        kills, code = g.get("oom_kill"), f.exit_code(r)
         if not isinstance(kills, int) or kills < 1 or code not in (None, -9) or r in f.stopped:
             continue
         limit = g.get("limit_bytes")
         f.signals.append(S.Signal("oom", r, g["file"], (
             f"the kernel's OOM killer ended rank {r} in its memory cgroup (oom_kill {kills}"
-            + (f", limit {_mib(limit)}" if isinstance(limit, int) else "")
-            + (f", peak {_mib(g['peak_bytes'])}" if isinstance(g.get("peak_bytes"), int) else "")
+            + (f", limit {mib(limit)}" if isinstance(limit, int) else "")
+            + (f", peak {mib(g['peak_bytes'])}" if isinstance(g.get("peak_bytes"), int) else "")
             + ")"), {"killer": "kernel", "limit_bytes": limit, "oom_kill": kills}))
 
 
-def _mib(n: int) -> str:
+def mib(n: int) -> str:
+    """Bytes as MiB, one decimal (a cgroup's limit and peak)."""
     return f"{n / (1 << 20):.1f} MiB"
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from ...divergence import vote
 from ...vocab import exit_summary
 from . import signals as S
+from .facts import mib
 from .notes import TELLS, clip, ended, exception_finding, exception_text, ranks_word, undecided
 
 
@@ -36,10 +37,10 @@ def oom(v):
                          if isinstance(s.data.get("limit_bytes"), int)})
         what = (f"{ranks_word(ranks).capitalize()} was killed (SIGKILL) by the kernel's OOM "
                 f"killer inside {'its' if len(ranks) == 1 else 'their'} memory cgroup"
-                + (f" (limit {' / '.join(f'{n / (1 << 20):.1f} MiB' for n in limits)})"
+                + (f" (limit {' / '.join(map(mib, limits))})"
                    if limits else ""))
         for r in ranks:
-            if (code := _exit_code(v.f, r)) is not None:
+            if (code := v.f.exit_code(r)) is not None:
                 v.note("run.json" if r in v.f.exit_codes else "console", "exit",
                        f"rank {r}: {exit_summary(code)}")
         fix = ("Host memory, not the GPU's: fix that rank's use of it (data loader workers, "
@@ -53,11 +54,6 @@ def oom(v):
                   + "; the other ranks then waited for it in that collective until they "
                     f"failed or were stopped. {fix}; the hang is only a consequence.",
                   confident=bool(ranks), root=ranks)
-
-
-def _exit_code(f, r: int) -> int | None:
-    """Rank ``r``'s exit code as run.json or a launcher recorded it."""
-    return f.exit_codes.get(r, f.reported_exits.get(r))
 
 
 def _sigkill_why(f, r: int) -> str:
