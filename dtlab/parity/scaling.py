@@ -53,7 +53,8 @@ import time
 from ..limits import MAX_STEPS, whole
 from .overlap import is_comm, split  # noqa: F401  (re-exported: scaling.split)
 
-MODELS = {"mlp-small": (64, 4), "mlp": (256, 6), "mlp-large": (1024, 8)}  # name: (width, depth)
+MODELS = {"mlp-small": (64, 4), "mlp": (256, 6), "mlp-large": (1024, 8),
+          "mlp-xl": (4096, 8)}  # name: (width, depth); mlp-xl: 134M parameters, for GPUs
 CLASSES = 10
 
 
