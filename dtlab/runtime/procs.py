@@ -47,7 +47,10 @@ from .zygote import Zygote, ZygoteTimeout
 
 _LIVE: "weakref.WeakSet[RankProcs]" = weakref.WeakSet()
 
-WARM_PRELOAD = ("torch", "torch.distributed", "cloudpickle", "psutil")
+# torch._dynamo: DDP's and FSDP's constructors import it (~800 modules): 1.2-1.4 s per launch
+# of 2 ranks on a 2-core box when each rank imports it, 0.2 s when the zygote did once (~1 s
+# more at its start); measured 2026-11-27
+WARM_PRELOAD = ("torch", "torch.distributed", "torch._dynamo", "cloudpickle", "psutil")
 # what a fresh interpreter reads from its environment as it starts, where a fork would keep the
 # zygote's: Python's own variables, the dynamic loader's, the thread pools' (OpenMP reads
 # OMP_NUM_THREADS as it loads; calling torch.set_num_threads in a fork instead aborted CUDA
