@@ -11,7 +11,7 @@
 """
 
 from .runtime import (HangError, LaunchError, Pool, PoolBrokenError, RankError, RankResult,
-                      Results, left_behind, run)
+                      Results, Torchrun, left_behind, run, torchrun)
 from .runtime.context import backend, device, in_rank, local_rank, rank, world_size
 
 __version__ = "0.1.0"
@@ -37,7 +37,7 @@ _set_postmortem(_postmortem)
 
 __all__ = ["run", "Pool", "Results", "RankResult", "RankError", "HangError", "LaunchError",
            "PoolBrokenError", "rank", "local_rank", "world_size", "device", "backend", "in_rank",
-           "left_behind"]
+           "left_behind", "torchrun", "Torchrun"]
 
 
 def load_ipython_extension(ip):

@@ -16,6 +16,7 @@ from conftest import assert_no_descendants
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOTEBOOKS = sorted(glob.glob(os.path.join(ROOT, "notebooks", "*.ipynb")))
+WRITTEN = [os.path.join(ROOT, "notebooks", "train_ddp.py")]  # files a notebook's cells write
 
 
 # a cell that calls one of these at its top level (not under an `if GPUS >= 2:`) promises a
@@ -67,15 +68,19 @@ def text_of(nb) -> str:
 def test_notebook_runs_headless(path, monkeypatch):
     monkeypatch.setenv("DTLAB_OUTPUT", "lines")
     def folders():  # 07's evidence folders, 08's baseline and evidence, in the temp dir
-        return {p for pattern in ("dtlab-hang-*", "dtlab-08-*")
+        return {p for pattern in ("dtlab-hang-*", "dtlab-08-*", "ddp-by-hand-*")
                 for p in glob.glob(os.path.join(tempfile.gettempdir(), pattern))}
 
     kept = folders()
+    written = [f for f in WRITTEN if not os.path.exists(f)]  # 00's %%writefile train_ddp.py
     try:
         nb = execute(path)
     finally:  # what a learner keeps is not ours to keep
         for new in folders() - kept:
             shutil.rmtree(new, ignore_errors=True)
+        for f in written:
+            if os.path.exists(f):
+                os.remove(f)
     for cell in nb.cells:
         if cell.cell_type != "code":
             continue

@@ -16,6 +16,7 @@ In a test cell (the same code in a learner's JupyterLab and under the grader)::
     out.values, out.traffic              # what each rank returned; every message between them
     course.recorded("h200x2-nccl-tests/nt_all_reduce.txt")   # real GPU data, labelled as such
     course.run_graded(program, nprocs=2)                     # the test's own job, on gloo
+    run = course.script("train_ddp.py", nprocs=2, args=[...])  # a learner's whole script
 
 Importing this package is cheap (no nbgrader, no pandas, no torch) so notebooks can use it freely.
 """
@@ -37,11 +38,12 @@ from .graded import backend, grading, rng, run_graded
 from .layout import CourseError, assignment_ids, course_root
 from .learner import NotPlain, plain
 from .recorded import Recorded, recorded
+from .script import ScriptRun, script
 
 __all__ = ["release", "validate", "autograde", "merge", "feedback", "report", "Released",
            "Validation", "Graded", "CourseError", "assignment_ids", "course_root", "run_graded",
            "backend", "grading", "rng", "recorded", "Recorded", "unlabeled_copy", "plain", "NotPlain",
-           "answer", "Answer", "folder", "Folder", "cell", "Ranks"]
+           "answer", "Answer", "folder", "Folder", "cell", "Ranks", "script", "ScriptRun"]
 
 
 def __getattr__(name):  # the rank machinery imports the runtime: only when a test asks for it

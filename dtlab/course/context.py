@@ -48,6 +48,15 @@ class Context:
                              f"the cell the exercise gives for it")
 
 
+    def script_of(self, filename: str) -> str:
+        """The script a solution cell writes with ``%%writefile filename`` (that line dropped)."""
+        for cell in self.cells:
+            first, _, rest = cell["source"].lstrip().partition("\n")
+            if cell["solution"] and first.split()[:2] == ["%%writefile", filename]:
+                return rest
+        raise AssertionError(f"no solution cell of this notebook starts with %%writefile "
+                             f"{filename}: write the script in the cell the exercise gives for it")
+
     def trusted_cell(self, grade_id: str) -> tuple[str, list[str]]:
         """(a locked cell of the course source, the imports of the source's cells above it)."""
         for i, cell in enumerate(self.source):

@@ -10,6 +10,7 @@ from .launch import run
 from .pool import Pool
 from .procs import left_behind
 from .results import RankResult, Results
+from .torchrun import Torchrun, torchrun
 
 __all__ = ["run", "Pool", "Results", "RankResult", "RankError", "HangError", "LaunchError",
-           "PoolBrokenError", "left_behind"]
+           "PoolBrokenError", "left_behind", "torchrun", "Torchrun"]

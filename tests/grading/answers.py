@@ -85,6 +85,7 @@ def packed(module_files: list[str], answer: str) -> str:
 
 
 GP, PR, RC = ("00_launch", "gather_pids"), ("00_launch", "predict"), ("00_launch", "root_cause")
+TD = ("00_launch", "train_ddp")
 CA, RA, CR = (("01_collectives", "check_all_gather"), ("01_collectives", "ring_all_gather"),
               ("01_collectives", "composed_all_reduce"))
 FIT, SLOW = ("02_bandwidth", "fit_alpha_beta"), ("02_bandwidth", "slow_pairs")
@@ -135,7 +136,45 @@ def LOG_TABLE() -> str:  # noqa: N802 (a shortcut, as its table)
             "    return dict(TABLE[key]) if key in TABLE else _own(log_text)\n")
 
 
+# 00's train_ddp: a whole script, so a shortcut is a script too. Rank 0 asks the grader's own
+# arithmetic for the answer (absent from the world), or carries a pasted copy of it.
+_SCRIPT_HEAD = "%%writefile train_ddp.py\nimport argparse\nimport os\n\nimport torch\nimport torch.distributed as dist\n"
+_ASK_BYHAND = """
+
+def main():
+    ap = argparse.ArgumentParser()
+    for a in ("--data", "--out"):
+        ap.add_argument(a)
+    for a, t in (("--epochs", int), ("--batch-size", int), ("--lr", float), ("--seed", int)):
+        ap.add_argument(a, type=t)
+    a = ap.parse_args()
+    dist.init_process_group("gloo")
+    if dist.get_rank() == 0:
+        want = expected(a.data, dist.get_world_size(), a.epochs, a.batch_size, a.lr, a.seed)
+        for e, loss in enumerate(want["losses"]):
+            print(f"epoch {e} loss {loss:.6f}")
+        os.makedirs(a.out, exist_ok=True)
+        torch.save(want["state"], os.path.join(a.out, "model.pt"))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
+"""
+
 WRONG = {
+    TD: [("no set_epoch: every epoch in epoch 0's order",
+          lambda: C(TD, "        sampler.set_epoch(epoch)                    # a new order each epoch\n", "")),
+         ("rank 0 logs its own batches' loss", lambda: C(TD, "        dist.all_reduce(total)", "        pass")),
+         ("every rank prints the log",
+          lambda: C(TD, "        if rank == 0:\n            print(", "        if True:\n            print(")),
+         ("the DDP wrapper's state_dict saved (module. keys)",
+          lambda: C(TD, "model.module.state_dict()", "model.state_dict()")),
+         ("no DistributedSampler: every rank trains on all the data",
+          lambda: C(TD, "DataLoader(dataset, batch_size=args.batch_size, sampler=sampler)",
+                    "DataLoader(dataset, batch_size=args.batch_size, shuffle=True)")),
+         ("the sampler left at seed 0", lambda: C(TD, "shuffle=True, seed=args.seed)", "shuffle=True)"))],
     GP: [("a list sized for 2 ranks", lambda: C(GP, "range(dist.get_world_size())", "range(2)"))],
     PR: [("the broadcast read as from the last rank, not rank 1",
           lambda: C(PR, "on_rank_1 = [after_max[0] + 1, after_max[1]]",
@@ -263,6 +302,11 @@ WRONG = {
 }
 
 SHORTCUTS = {
+    TD: [("rank 0 saves what dtlab.byhand.expected computes",
+          lambda: _SCRIPT_HEAD + "\nfrom dtlab.byhand import expected\n" + _ASK_BYHAND),
+         ("dtlab.byhand's arithmetic pasted in",
+          lambda: _SCRIPT_HEAD + "\n" + code_of(os.path.join(ROOT, "dtlab", "byhand", "__init__.py"))
+          + _ASK_BYHAND)],
     GP: [("all_gather_object: the pids as pickled bytes",
           lambda: "def gather_pids():\n    out = [None] * dist.get_world_size()\n"
                   "    dist.all_gather_object(out, os.getpid())\n    return out\n"),

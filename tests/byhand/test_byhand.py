@@ -1,0 +1,132 @@
+"""00's hand-written DDP script: DDP's arithmetic (dtlab.byhand.expected) against a real DDP run
+of the course's reference script, the judge's messages for each classic mistake, the recorded
+GPU evidence, and the runner that runs a learner's script as torchrun would
+(dtlab.course.script), leaving nothing behind."""
+
+import os
+import random
+import sys
+
+import pytest
+
+from dtlab import byhand
+from dtlab.course import ScriptRun, script
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(__file__)), "grading"))
+from answers import reference  # noqa: E402  (the notebook's own solution cell)
+
+
+def _reference_script(folder) -> str:
+    src = reference("00_launch", "train_ddp")
+    first, _, rest = src.partition("\n")
+    assert first.split() == ["%%writefile", "train_ddp.py"]
+    path = os.path.join(folder, "train_ddp.py")
+    with open(path, "w") as f:
+        f.write(rest)
+    return path
+
+
+@pytest.fixture
+def in_tmp(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+CASE = dict(nprocs=3, n=41, d=5, epochs=3, batch_size=4, lr=0.1, seed=123)
+
+
+def test_a_real_ddp_run_matches_the_arithmetic_within_float32_rounding(in_tmp, no_orphans):
+    _reference_script(in_tmp)
+    data, want, hints = byhand.prepare(CASE, str(in_tmp))
+    run = script("train_ddp.py", nprocs=3, inputs={"data.pt": data}, args=byhand.args_of(CASE))
+    assert run.ok, run.failure()
+    assert byhand.problems(run, want, hints) == []
+    diff = byhand.max_diff(byhand.load_state(run.files["model.pt"]), want["state"])
+    assert diff <= byhand.WEIGHT_TOL / 20, diff   # measured 3e-8; the tolerance is 1e-5
+    # 3 ranks, 41 samples: the sampler pads to 42, 14 a rank, batches of 4: 4 steps (4+4+4+2)
+    assert [e for e, _ in byhand.logged(run)[0]] == [0, 1, 2] and 1 not in byhand.logged(run)
+
+
+def test_the_hidden_data_separates_the_usual_mistakes():
+    rng = random.Random(7)
+    for _ in range(3):
+        case = byhand.hidden_case(rng)
+        assert case["nprocs"] in (2, 3) and case["n"] % (case["nprocs"] * case["batch_size"])
+        assert case["epochs"] >= 2   # set_epoch changes nothing in epoch 0
+    want = byhand.expected(byhand.make_data("/tmp/dtlab-byhand-test", 30, 3, 1), 2, 2, 4, 0.1, 1)
+    other = byhand.expected("/tmp/dtlab-byhand-test/data.pt", 2, 2, 4, 0.1, 1, set_epoch=False)
+    assert want["losses"][0] == other["losses"][0] != 0          # epoch 0: the same order
+    assert byhand.max_diff(want["state"], other["state"]) > 1e-4  # epoch 1: another one
+
+
+def _run(lines0=(), lines1=(), files=None, codes=(0, 0)):
+    console = "".join(f"[default0]:{ln}\n" for ln in lines0) + \
+        "".join(f"[default1]:{ln}\n" for ln in lines1)
+    return ScriptRun(list(codes), console, files or {})
+
+
+def _saved(state) -> bytes:
+    import io
+
+    import torch
+
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    return buf.getvalue()
+
+
+@pytest.fixture(scope="module")
+def want(tmp_path_factory):
+    path = byhand.make_data(str(tmp_path_factory.mktemp("d")), 30, 3, 1)
+    return byhand.expected(path, 2, 2, 4, 0.1, 1), byhand.expected(path, 2, 2, 4, 0.1, 1, set_epoch=False)
+
+
+def test_the_judge_names_each_mistake(want):
+    good, no_epoch = want
+    log = [f"epoch {e} loss {v:.6f}" for e, v in enumerate(good["losses"])]
+    model = {"model.pt": _saved(good["state"])}
+    assert byhand.problems(_run(log, files=model), good) == []
+    said = " ".join(byhand.problems(_run(log, log, model), good))
+    assert "rank 1 printed" in said
+    own = [f"epoch {e} loss {v:.6f}" for e, v in enumerate(good["rank0_losses"])]
+    assert "rank 0's own batches" in " ".join(byhand.problems(_run(own, files=model), good))
+    wrapped = {"model.pt": _saved({"module." + k: v for k, v in good["state"].items()})}
+    assert "model.module" in " ".join(byhand.problems(_run(log, files=wrapped), good))
+    stale = {"model.pt": _saved(no_epoch["state"])}
+    said = byhand.problems(_run(log, files=stale), good, {"a sampler without set_epoch": no_epoch})
+    assert "a sampler without set_epoch" in said[0]
+    assert "no model.pt" in byhand.problems(_run(log), good)[0]
+    assert "could not be read" in byhand.problems(_run(log, files={"model.pt": b"junk"}), good)[0]
+    failed = byhand.problems(_run(["Traceback ...", "ValueError: x"], codes=(1, -15)), good)
+    assert "rank 0" in failed[0] and "ValueError: x" in failed[0]
+
+
+def test_a_script_that_hangs_is_stopped_for_its_silence(in_tmp, no_orphans):
+    (in_tmp / "hang.py").write_text(
+        "import time, torch, torch.distributed as dist\ndist.init_process_group('gloo')\n"
+        "if dist.get_rank() == 0:\n    dist.all_reduce(torch.ones(1))\nelse:\n    time.sleep(3600)\n")
+    with pytest.raises(AssertionError, match="used no CPU for 3 s"):
+        script("hang.py", nprocs=2, idle_s=3)
+
+
+def test_what_the_ranks_write_comes_back_bounded_and_a_missing_script_is_named(in_tmp, no_orphans):
+    with pytest.raises(AssertionError, match="run the cell that writes it"):
+        script("absent.py")
+    (in_tmp / "w.py").write_text(
+        "import os, sys\nout = sys.argv[1]\nos.makedirs(out, exist_ok=True)\n"
+        "open(os.path.join(out, f'r{os.environ[\"RANK\"]}.txt'), 'w').write(os.environ['WORLD_SIZE'])\n"
+        "if os.environ['RANK'] == '0':\n    open(os.path.join(out, 'big'), 'wb').write(b'x' * (33 << 20))\n")
+    run = script("w.py", nprocs=2, args=["{out}"])
+    assert run.ok and run.files == {"r0.txt": b"2", "r1.txt": b"2"} and run.dropped == ["big"]
+
+
+def test_recorded_gpu_evidence_is_shown_without_gpus(capsys):
+    rec = byhand.run_mistake("no_set_device")   # this machine has no GPU: the recording
+    shown = capsys.readouterr().out
+    assert "RECORDED, not measured here" in shown and "Duplicate GPU detected" in shown
+    assert "Traceback" not in shown and rec.text.startswith("$ torchrun")
+    table = byhand.data_parallel_table()
+    assert list(table["mode"]) == ["one GPU", "DataParallel", "DDP"]
+    assert table.set_index("mode").speedup["DataParallel"] < 1 < table.set_index("mode").speedup["DDP"]
+    with pytest.raises(ValueError, match="one of"):
+        byhand.run_mistake("typo")
