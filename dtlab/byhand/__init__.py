@@ -70,7 +70,9 @@ def make_data(folder: str, n: int = 64, d: int = 4, seed: int = 0, name: str = "
 def expected(data: str, nprocs: int, epochs: int, batch_size: int, lr: float, seed: int,
              set_epoch: bool = True) -> dict:
     """What DDP on ``nprocs`` ranks must end with (module docstring): ``{"state": {name:
-    tensor}, "losses": [per epoch], "rank0_losses": [rank 0's own batches only]}``."""
+    tensor}, "losses": [per epoch], "rank0_losses": [rank 0's own batches only], "sent": [per
+    rank: [per step: the gradients of its own batch / nprocs, flat]]}`` -- what each rank must
+    give DDP's all-reduce at each step (in DDP's bucket order, which :func:`synced` ignores)."""
     import torch
     from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
@@ -81,6 +83,7 @@ def expected(data: str, nprocs: int, epochs: int, batch_size: int, lr: float, se
     samplers = [DistributedSampler(ds, num_replicas=nprocs, rank=r, shuffle=True, seed=seed)
                 for r in range(nprocs)]
     losses, rank0 = [], []
+    sent: list[list] = [[] for _ in range(nprocs)]   # per rank, per step: its gradients / N
     for epoch in range(epochs):
         if set_epoch:
             for s in samplers:
@@ -92,8 +95,10 @@ def expected(data: str, nprocs: int, epochs: int, batch_size: int, lr: float, se
             for r in range(nprocs):
                 x, y = batches[r][step]
                 loss = torch.nn.functional.mse_loss(model(x), y)
-                for a, g in zip(avg, torch.autograd.grad(loss, params)):
-                    a += g / nprocs
+                grads = [g / nprocs for g in torch.autograd.grad(loss, params)]
+                for a, g in zip(avg, grads):
+                    a += g
+                sent[r].append(torch.cat([g.flatten() for g in grads]))
                 total.append(loss.item())
                 if r == 0:
                     mine.append(loss.item())
@@ -103,7 +108,7 @@ def expected(data: str, nprocs: int, epochs: int, batch_size: int, lr: float, se
         losses.append(sum(total) / len(total))
         rank0.append(sum(mine) / len(mine))
     return {"state": {k: v.detach().clone() for k, v in model.state_dict().items()},
-            "losses": losses, "rank0_losses": rank0}
+            "losses": losses, "rank0_losses": rank0, "sent": sent}
 
 
 def max_diff(a: dict, b: dict) -> float:
@@ -132,13 +137,44 @@ def load_state(blob: bytes):
     return torch.load(io.BytesIO(blob), weights_only=True, map_location="cpu")
 
 
+def synced(traffic, want: dict) -> list[str]:
+    """Whether each rank gave DDP's all-reduce the gradients of its own batches, step by step:
+    rank r's float32 all-reduces of all the model's parameters at once (DDP's one bucket, for a
+    model this small) must be, in order, ``want["sent"][r]`` -- each compared as a sorted list
+    of numbers, so that the bucket's order does not matter -- within float32 rounding. Empty
+    when they are; else what is missing, in words. A run that computes the right weights some
+    other way (one rank playing every rank, say) sends nothing of the kind."""
+    import torch
+
+    from ..course.traffic import values
+
+    out = []
+    for r, steps in enumerate(want["sent"]):
+        numel = steps[0].numel() if steps else 0
+        mine = [m for m in traffic if m.rank == r and m.op == "all_reduce"
+                and m.dtype == "float32" and m.numel == numel]
+        if len(mine) != len(steps):
+            out.append(f"rank {r} all-reduced all {numel} gradients at once {len(mine)} times; "
+                       f"DDP does it once a step, {len(steps)} steps here")
+            continue
+        for k, (m, g) in enumerate(zip(mine, steps)):
+            got = torch.tensor(sorted(values(m)))
+            ref = torch.sort(g).values
+            if not torch.allclose(got, ref, rtol=1e-4, atol=1e-7):
+                out.append(f"rank {r}'s gradients at step {k} are not those of its own batch "
+                           f"(largest difference {float((got - ref).abs().max()):.3g})")
+                break
+    return out
+
+
 def problems(run, want: dict, hints: dict | None = None) -> list[str]:
     """What is wrong with a run of the learner's script against :func:`expected`'s ``want``
-    (empty: nothing). ``hints``: other ``expected`` results by name (``"no_set_epoch"``) that
-    name a failure when the weights match one of them."""
+    (empty: nothing): the ranks' exit, the log, the saved weights and what the ranks
+    all-reduced (:func:`synced`). ``hints``: other ``expected`` results by name that name a
+    failure when the weights match one of them."""
     if not run.ok:
         return [run.failure()]
-    out = []
+    out = synced(run.traffic, want)
     logs = logged(run)
     extra = sorted(r for r in logs if r != 0)
     if extra:

@@ -193,7 +193,46 @@ class Answer:
         raise AssertionError(f"{what} raised:\n{text}")
 
     def _receive(self, what: str) -> dict:
-        return receive(self._proc, what, self.cpu_s, self.idle_s, self._fail)
+        """One frame from the learner's process, while bounding its CPU and idle time."""
+        from ..runtime.sandbox import tree_cpu_seconds
+
+        fd = self._proc.stdout.fileno()
+        buf, need = b"", None
+        start_wall = last_move = time.monotonic()
+        start_cpu = last_cpu = tree_cpu_seconds(self._proc.pid)
+        while True:
+            ready, _, _ = select.select([fd], [], [], 0.1)
+            if ready:
+                chunk = os.read(fd, 1 << 20)
+                if not chunk:
+                    code = self._proc.wait()
+                    self._fail(f"{what}: the process that runs your code ended (exit status "
+                               f"{_exit(code)}) without an answer")
+                buf += chunk
+                if need is None and len(buf) >= 8:
+                    try:
+                        need = unpack_length(buf[:8])
+                    except ValueError as e:
+                        self._fail(f"{what}: {e}")
+                if need is not None and len(buf) >= 8 + need:
+                    import json
+
+                    try:
+                        return json.loads(buf[8:8 + need])
+                    except (ValueError, RecursionError) as e:
+                        self._fail(f"{what}: an answer that is not readable data ({e})")
+                continue
+            now, cpu = time.monotonic(), tree_cpu_seconds(self._proc.pid)
+            if cpu - start_cpu > self.cpu_s:
+                self._fail(f"{what} used more than {self.cpu_s:g} s of CPU time (the limit per "
+                           f"call) and was stopped")
+            if cpu > last_cpu + 0.01:
+                last_cpu, last_move = cpu, now
+            elif now - last_move > self.idle_s:
+                self._fail(f"{what} used no CPU for {self.idle_s:g} s (waiting for something "
+                           f"that never comes?) and was stopped")
+            if now - start_wall > WALL_BACKSTOP_S:
+                self._fail(f"{what} did not answer within {WALL_BACKSTOP_S:g} s and was stopped")
 
     def _fail(self, message: str):
         self.close()
@@ -240,51 +279,6 @@ class Answer:
 
 
 # ---- helpers ----------------------------------------------------------------------------
-
-def receive(proc, what: str, cpu_s: float, idle_s: float, fail) -> dict:
-    """One frame from ``proc``'s stdout (a learner's process), while bounding the CPU time of
-    its process tree (``cpu_s``) and its time without using any (``idle_s``); ``fail(message)``
-    ends it and raises."""
-    from ..runtime.sandbox import tree_cpu_seconds
-
-    fd = proc.stdout.fileno()
-    buf, need = b"", None
-    start_wall = last_move = time.monotonic()
-    start_cpu = last_cpu = tree_cpu_seconds(proc.pid)
-    while True:
-        ready, _, _ = select.select([fd], [], [], 0.1)
-        if ready:
-            chunk = os.read(fd, 1 << 20)
-            if not chunk:
-                code = proc.wait()
-                fail(f"{what}: the process that runs your code ended (exit status "
-                     f"{_exit(code)}) without an answer")
-            buf += chunk
-            if need is None and len(buf) >= 8:
-                try:
-                    need = unpack_length(buf[:8])
-                except ValueError as e:
-                    fail(f"{what}: {e}")
-            if need is not None and len(buf) >= 8 + need:
-                import json
-
-                try:
-                    return json.loads(buf[8:8 + need])
-                except (ValueError, RecursionError) as e:
-                    fail(f"{what}: an answer that is not readable data ({e})")
-            continue
-        now, cpu = time.monotonic(), tree_cpu_seconds(proc.pid)
-        if cpu - start_cpu > cpu_s:
-            fail(f"{what} used more than {cpu_s:g} s of CPU time (the limit per call) and "
-                 f"was stopped")
-        if cpu > last_cpu + 0.01:
-            last_cpu, last_move = cpu, now
-        elif now - last_move > idle_s:
-            fail(f"{what} used no CPU for {idle_s:g} s (waiting for something that never "
-                 f"comes?) and was stopped")
-        if now - start_wall > WALL_BACKSTOP_S:
-            fail(f"{what} did not answer within {WALL_BACKSTOP_S:g} s and was stopped")
-
 
 def learner_source(name: str, ctx, caller: dict | None, also: tuple[str, ...] = (),
                    without: tuple[str, ...] = ()) -> dict:
@@ -369,12 +363,9 @@ def _kernel_imports(ns: dict) -> list[str]:
     return out
 
 
-def _forward(stream, name: str, printed: list[int], keep: list[str] | None = None) -> None:
-    """The learner's prints (its stderr) into the test cell's output, up to OUTPUT_LINES;
-    ``keep``: every line (cut at MAX_LINE) also appended there, for a test to read."""
+def _forward(stream, name: str, printed: list[int]) -> None:
+    """The learner's prints (its stderr) into the test cell's output, up to OUTPUT_LINES."""
     for line in iter(lambda: stream.readline(MAX_LINE), b""):
-        if keep is not None:
-            keep.append(line.decode(errors="replace"))
         printed[0] += 1
         if printed[0] <= OUTPUT_LINES:
             sys.stdout.write(line.decode(errors="replace"))

@@ -162,3 +162,67 @@ def ddp_cases(fn: Learner, cases: list[dict]) -> list:
         out.append([v for p in model.parameters() for v in _flat(p)])
     _mark(case=len(cases))
     return out
+
+
+# ---- 00's hand-written DDP script ---------------------------------------------------------
+
+SCRIPT_FILES_BYTES = 8 << 20   # what one rank's output folder may bring back
+
+
+def script(_unused, job: dict) -> dict:
+    """A learner's whole script on this rank, as ``torchrun`` would run it: ``job`` = {"filename",
+    "source", "argv", "inputs": {name: base64}}. The script's own ``init_process_group`` joins
+    the group this rank already has -- the relay, its only way to the other ranks (each rank is
+    a sandbox of its own, without a network) -- and it runs with ``__name__ == "__main__"`` and
+    ``sys.argv = [filename, *argv]``, ``{inputs}`` and ``{out}`` in ``argv`` standing for its
+    input and output folders. Returns ``{"exit": status, "files": {path: base64}}``: what it
+    wrote under ``{out}``; its prints and its traceback (its own frames only) are its output."""
+    import base64
+    import runpy
+    import sys
+    import tempfile
+    import traceback
+
+    import torch.distributed as dist
+
+    here = tempfile.mkdtemp(prefix="dtlab-script-rank-")
+    inputs, out = os.path.join(here, "inputs"), os.path.join(here, "out")
+    os.makedirs(inputs)
+    for name, blob in job["inputs"].items():
+        with open(os.path.join(inputs, os.path.basename(name)), "wb") as f:
+            f.write(base64.b64decode(blob))
+    path = os.path.join(inputs, os.path.basename(job["filename"]))
+    with open(path, "w") as f:
+        f.write(job["source"])
+    rank, n = dist.get_rank(), dist.get_world_size()
+    os.environ.update(GROUP_RANK="0", ROLE_RANK=str(rank), ROLE_WORLD_SIZE=str(n),
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT="29500")
+
+    def joined(backend=None, *args, **kwargs):  # the group is there already: the relay's
+        return None
+
+    dist.init_process_group = dist.distributed_c10d.init_process_group = joined
+    sys.argv = [path, *(a.replace("{inputs}", inputs).replace("{out}", out) for a in job["argv"])]
+    status = 0
+    try:
+        runpy.run_path(path, run_name="__main__")
+    except SystemExit as e:
+        status = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except BaseException as e:  # noqa: BLE001 - the script's failure is its exit status
+        tb = e.__traceback__
+        while tb is not None and tb.tb_frame.f_code.co_filename != path:
+            tb = tb.tb_next  # from the script's own frames on
+        traceback.print_exception(type(e), e, tb)
+        status = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    files, used = {}, 0
+    for root, _, names in os.walk(out):
+        for name in sorted(names):
+            full = os.path.join(root, name)
+            size = os.path.getsize(full)
+            if os.path.isfile(full) and not os.path.islink(full) and used + size <= SCRIPT_FILES_BYTES:
+                with open(full, "rb") as f:
+                    files[os.path.relpath(full, out)] = base64.b64encode(f.read()).decode()
+                used += size
+    return {"exit": status, "files": files}

@@ -53,7 +53,8 @@ class Ranks:
 
     def __init__(self, nprocs: int, *, offer=EVERYTHING, max_numel: dict | None = None,
                  without: tuple[str, ...] | list[str] = (), cpu_s: float | None = None,
-                 deliver: Callable | None = None, serve: Callable | None = None):
+                 deliver: Callable | None = None, serve: Callable | None = None,
+                 idle_s: float = 60.0):
         if not isinstance(nprocs, int) or not 1 <= nprocs <= 16:
             raise ValueError(f"Ranks: nprocs must be an int in 1..16, got {nprocs!r}")
         self.nprocs, self.offer = nprocs, set(offer)
@@ -61,6 +62,7 @@ class Ranks:
         self.world = world(without)
         self.ctx = grading_context.current()
         self.cpu_s = cpu_s or 60.0 * nprocs
+        self.idle_s = idle_s
 
     def run(self, harness: Callable, name: str, per_rank: list) -> observed.Outcome:
         """``harness(learner's name, per_rank[r])`` on rank r; raises AssertionError (with the
@@ -69,6 +71,16 @@ class Ranks:
             raise ValueError(f"per_rank has {len(per_rank)} entries for {self.nprocs} ranks")
         learner = Learner(name, learner_source(name, self.ctx, sys._getframe(1).f_globals,
                                                without=self.world.without))
+        out = self.observe(harness, [(learner, a) for a in per_rank])
+        _show(out)
+        if out.stopped or out.errors:
+            raise AssertionError(_failure(name, out))
+        return out
+
+    def observe(self, harness: Callable, calls: list[tuple]) -> observed.Outcome:
+        """``harness(*calls[r])`` on rank r, each rank in its own sandbox when graded (a plain
+        child in JupyterLab); the outcome as it is, failed or not. :meth:`run` is this for a
+        learner's function; :func:`dtlab.course.script` for a learner's script."""
         box = sandbox_box(self.ctx) if self.ctx is not None else None
         isolated = box is not None and box.isolate
         # the world first (in a sandbox it is also where it is here), then, without one, this
@@ -78,16 +90,12 @@ class Ranks:
         try:
             spawn = observed.warm_spawn(zygote, path) if box is None else \
                 self._sandboxed(box, zygote, path)
-            out = observed.run(harness, [(learner, a) for a in per_rank], offer=self.offer,
-                               max_numel=self.max_numel, deliver=self.deliver, serve=self.serve,
-                               path=[], spawn=spawn, cpu_s=self.cpu_s)
+            return observed.run(harness, calls, offer=self.offer, max_numel=self.max_numel,
+                                deliver=self.deliver, serve=self.serve, path=[], spawn=spawn,
+                                cpu_s=self.cpu_s, idle_s=self.idle_s)
         finally:
             if box is not None:
                 box.close()
-        _show(out)
-        if out.stopped or out.errors:
-            raise AssertionError(_failure(name, out))
-        return out
 
     def _sandboxed(self, box, zygote, path):
         from ..runtime.sandbox import View

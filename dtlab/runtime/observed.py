@@ -67,7 +67,8 @@ def plain_spawn(rank: int, argv: list[str], socket_path: str) -> subprocess.Pope
 
 # what a rank imports before it reads its job: a zygote (:mod:`.zygote`) imports it once
 RANK_MAIN = "dtlab.runtime.observed_rank:main"
-RANK_PRELOAD = ["torch", "torch.distributed", "cloudpickle"]
+# torch._dynamo: what DDP's constructor imports (procs.WARM_PRELOAD says why)
+RANK_PRELOAD = ["torch", "torch.distributed", "torch._dynamo", "cloudpickle"]
 # one thread per rank process: the ranks of a job share the machine (and, graded, a cgroup)
 RANK_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
 

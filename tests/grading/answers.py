@@ -304,9 +304,11 @@ WRONG = {
 SHORTCUTS = {
     TD: [("rank 0 saves what dtlab.byhand.expected computes",
           lambda: _SCRIPT_HEAD + "\nfrom dtlab.byhand import expected\n" + _ASK_BYHAND),
-         ("dtlab.byhand's arithmetic pasted in",
+         ("dtlab.byhand's arithmetic copied into the script",
           lambda: _SCRIPT_HEAD + "\n" + code_of(os.path.join(ROOT, "dtlab", "byhand", "__init__.py"))
-          + _ASK_BYHAND)],
+          + _ASK_BYHAND),
+         ("one rank plays every rank: DDP's arithmetic by hand, no process group",
+          lambda: shortcut("00_train_ddp_emulated.py"))],
     GP: [("all_gather_object: the pids as pickled bytes",
           lambda: "def gather_pids():\n    out = [None] * dist.get_world_size()\n"
                   "    dist.all_gather_object(out, os.getpid())\n    return out\n"),
