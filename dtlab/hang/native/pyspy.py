@@ -119,7 +119,7 @@ def read(text: str) -> dict:
     return out
 
 
-def short(name: str, width: int = 60) -> str:
+def short(name: str, width: int = 72) -> str:
     """A C++ name without its template arguments and parameter lists (``f<...>(...)`` ->
     ``f<…>(…)``), cut to ``width``: pybind11's wrappers run to 2000 characters."""
     out, depth = [], 0
