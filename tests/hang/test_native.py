@@ -146,7 +146,7 @@ def rank0_waits_alone():
 @pytest.mark.timeout(60)
 def test_live_native_dump_of_a_gloo_rank_in_all_reduce():
     with pytest.raises(dtlab.HangError) as ei:
-        dtlab.run(rank0_waits_alone, nprocs=2, backend="gloo", timeout=2, native_stacks=True)
+        dtlab.run(rank0_waits_alone, nprocs=2, backend="gloo", timeout=1, native_stacks=True)
     e = ei.value
     assert "all_reduce" in e.stacks[0]  # the Python stacks are still Python stacks
     if e.native[0].startswith("no native stack captured"):
