@@ -7,7 +7,7 @@
 
 Usage, from the repository root (NVLink multicast stays off):
 
-    PYTHONPATH=. python3 scripts/gpu_precision.py data/h200x2-precision
+    PYTHONPATH=. python3 scripts/gpu_precision.py data/h100x2-precision
 
 A case that fails is recorded as {"error": ...} and the rest still run; ~1-2 minutes in all.
 """

@@ -2,6 +2,8 @@
 
     dtlab hang KIND [--nprocs N] [--backend B] [--timeout S] [--out DIR]   (reproduce)
     dtlab diagnose DIR [--json]                                            (diagnose)
+
+Below Python (py-spy --native, cuda-gdb, NCCL's RAS client): :mod:`dtlab.hang.native`.
 """
 
 import importlib

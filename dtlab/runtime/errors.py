@@ -168,8 +168,11 @@ class HangError(_ShortTraceback, TimeoutError):
     def __init__(self, timeout: float, stacks: dict[int, str], results: "Results | None" = None,
                  method: str = "", where: str = "dtlab.run", finished: list[int] | None = None,
                  snapshot: dict[int, str] | None = None, phase: str = "run",
-                 late: list[int] | None = None):
+                 late: list[int] | None = None, native: dict[int, str] | None = None,
+                 threads: dict[int, list[dict]] | None = None):
         self.timeout = timeout
+        self.native = native or {}
+        self.threads = threads or {}
         self.phase = phase
         self.late = late if late is not None else sorted(stacks) if phase == "start" else []
         self.stacks = stacks

@@ -31,7 +31,8 @@ from .supervisor import FAILED, FAILURE_GRACE, OK, RUNNING, Supervisor, exit_fai
 
 
 def run(fn, *args, nprocs: int | None = None, backend: str = "auto", timeout: float | None = 300,
-        env: dict | None = None, start_timeout: float | None = START_TIMEOUT, **kwargs) -> Results:
+        env: dict | None = None, start_timeout: float | None = START_TIMEOUT,
+        native_stacks: bool = False, **kwargs) -> Results:
     """Run ``fn(*args, **kwargs)`` on ``nprocs`` fresh ranks with the process group initialized.
 
     Each rank is a new Python process (never a fork of the caller) with RANK, LOCAL_RANK,
@@ -56,17 +57,21 @@ def run(fn, *args, nprocs: int | None = None, backend: str = "auto", timeout: fl
     ``phase`` -- "start" or "run" -- and, when it can name one, a ``.diagnosis``),
     :class:`dtlab.LaunchError` for bad input, before anything starts. Whatever happens, no rank
     process outlives the call.
+
+    ``native_stacks=True``: at a hang, also look below Python before the ranks are stopped:
+    ``HangError.native`` {rank: ``py-spy dump --native``}, ``HangError.threads`` {rank: every
+    OS thread} (:mod:`dtlab.hang.native` reads them).
     """
     return launch(fn, args, kwargs, nprocs=nprocs, backend=backend, timeout=timeout, env=env,
-                  start_timeout=start_timeout)
+                  start_timeout=start_timeout, native_stacks=native_stacks)
 
 
 def launch(fn, args: tuple = (), kwargs: dict | None = None, *, nprocs: int | None = None,
            backend: str = "auto", timeout: float | None = 300, env: dict | None = None,
            snapshot_quiet: float | None = None, evidence_dir: str | None = None,
            meta: dict | None = None, failure_grace: float = FAILURE_GRACE,
-           pg_timeout: float | None = None, start_timeout: float | None = START_TIMEOUT
-           ) -> Results:
+           pg_timeout: float | None = None, start_timeout: float | None = START_TIMEOUT,
+           native_stacks: bool = False) -> Results:
     """:func:`run` with the post-mortem knobs that tools such as :mod:`dtlab.hang` need.
 
     ``snapshot_quiet``: once every live rank has been silent that many seconds (a hang
@@ -75,8 +80,8 @@ def launch(fn, args: tuple = (), kwargs: dict | None = None, *, nprocs: int | No
     there (see :mod:`dtlab.runtime.evidence`); ``meta`` goes into its ``run.json``.
     ``failure_grace``: after the first rank fails, how long the others get to fail on their own
     (and dump their evidence) before they are stopped. ``pg_timeout``: the collective timeout
-    every rank's ``init_process_group`` gets (torch's default when None). ``timeout`` and
-    ``start_timeout`` as in :func:`run`.
+    every rank's ``init_process_group`` gets (torch's default when None). ``timeout``,
+    ``start_timeout`` and ``native_stacks`` as in :func:`run`.
     """
     kwargs = kwargs or {}
     _plan.check_fn(fn)
@@ -88,6 +93,7 @@ def launch(fn, args: tuple = (), kwargs: dict | None = None, *, nprocs: int | No
     if plan.note:
         print(plan.note, file=sys.stderr)
     sup = Supervisor(plan, "oneshot", store_timeout=max(timeout or 0, start_timeout or 0) or None)
+    sup.native_stacks = bool(native_stacks)
     try:
         for name, blob in (("call.pkl", call), ("context.pkl", context)):
             with open(os.path.join(sup.run_dir, name), "wb") as f:
@@ -176,7 +182,8 @@ def _conclude(sup: Supervisor, outcome: str, stopped: list[int], results: Result
         return HangError(timeout, live, results, method=sup.stack_method, phase=sup.phase,
                          late=sup.late,
                          finished=[r for r in range(n) if r not in live],
-                         snapshot=sup.stacks.get("snapshot"))
+                         snapshot=sup.stacks.get("snapshot"),
+                         native=sup.native.get("timeout"), threads=sup.threads.get("timeout"))
     failures = []
     for r in range(n):
         code = procs.exit_codes[r]

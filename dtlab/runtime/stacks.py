@@ -8,6 +8,11 @@ Two ways, best first:
 * faulthandler: every dtlab rank registers ``faulthandler.register(SIGUSR1, all_threads=True)``
   writing to a per-rank file, so a ``kill -USR1`` makes the rank dump its own threads from a C
   signal handler -- again without needing the blocked main thread to run Python code.
+
+Below Python, on request (``dtlab.run(..., native_stacks=True)``): ``py-spy dump --native``, the
+C/C++ frames between the Python ones, and every OS thread of the rank from ``/proc`` (py-spy
+shows only threads that run Python; the collective library's own threads, gloo's or NCCL's, never
+do). :mod:`dtlab.hang.native` reads both.
 """
 
 from __future__ import annotations
@@ -36,22 +41,59 @@ def py_spy_path() -> str | None:
     return shutil.which("py-spy")
 
 
-def py_spy_dump(pid: int, timeout: float = 10.0) -> tuple[bool, str]:
-    """(ok, text): ``py-spy dump`` of one process."""
+def py_spy_dump(pid: int, timeout: float = 10.0, native: bool = False) -> tuple[bool, str]:
+    """(ok, text): ``py-spy dump`` of one process; ``native=True`` adds ``--native``: the C/C++
+    frames between the Python ones (:mod:`dtlab.hang.native` reads them)."""
     exe = py_spy_path()
     if exe is None:
         return False, "py-spy not installed"
     env = dict(os.environ, NO_COLOR="1")
     env.pop("CLICOLOR_FORCE", None)
     env.pop("FORCE_COLOR", None)
+    cmd = [exe, "dump", "--full-filenames", *(["--native"] if native else []), "--pid", str(pid)]
     try:
-        p = subprocess.run([exe, "dump", "--full-filenames", "--pid", str(pid)], capture_output=True, text=True,
-                           timeout=timeout, env=env)
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
-        return False, f"py-spy dump --pid {pid} did not answer in {timeout:g} s"
+        return False, f"py-spy {' '.join(cmd[1:])} did not answer in {timeout:g} s"
     if p.returncode != 0:
         return False, (p.stderr or p.stdout).strip()
     return True, _ANSI.sub("", p.stdout)  # Jupyter kernels force colour on; stacks are data
+
+
+def os_threads(pid: int) -> list[dict]:
+    """Every thread of a live process as the kernel lists it (``/proc/PID/task``): ``tid``,
+    ``name`` (what the thread set with ``pthread_setname_np``, 15 characters at most), ``state``
+    (``R`` running, ``S`` sleeping, ``D`` waiting on I/O, ...; ``man 5 proc``) and ``wchan``
+    (the kernel function it sleeps in; "0" when running or when the kernel hides it).
+    Empty where there is no ``/proc`` (macOS) or the process is gone.
+
+    >>> os_threads(rank_pid)[0]                       # doctest: +SKIP
+    {'tid': 12898, 'name': 'dtlab-rank0', 'state': 'S', 'wchan': 'futex_do_wait'}
+    """
+    out = []
+    try:
+        tids = sorted(os.listdir(f"/proc/{pid}/task"), key=int)
+    except OSError:
+        return out
+    for tid in tids:
+        base = f"/proc/{pid}/task/{tid}"
+        try:
+            with open(f"{base}/stat") as f:
+                stat = f.read()
+            with open(f"{base}/comm") as f:
+                name = f.read().rstrip("\n")
+        except OSError:  # the thread ended between listdir and open
+            continue
+        try:
+            with open(f"{base}/wchan") as f:
+                wchan = f.read().strip()
+        except OSError:
+            wchan = ""
+        # the name in stat is in parentheses and may hold any character: the state follows
+        # the last ')'
+        out.append({"tid": int(tid), "name": name, "state": stat.rsplit(")", 1)[1].split()[0],
+                    "wchan": wchan})
+    return out
 
 
 def faulthandler_dump(pid: int, path: str, timeout: float = 3.0) -> tuple[bool, str]:
@@ -110,6 +152,25 @@ def capture(pids: dict[int, int], dump_files: dict[int, str] | None = None,
         stacks = dict(zip(sorted(pids), ex.map(one, sorted(pids))))
     used = sorted(set(methods.values()))
     return "+".join(used), stacks
+
+
+def capture_native(pids: dict[int, int], timeout: float = 20.0
+                   ) -> tuple[dict[int, str], dict[int, list[dict]]]:
+    """Below Python, for every live rank: ({rank: ``py-spy dump --native`` text, or one line
+    saying why there is none}, {rank: :func:`os_threads`}). The threads are listed first: py-spy
+    pauses the process while it unwinds, and a thread's state must be seen undisturbed."""
+    threads = {r: os_threads(pid) for r, pid in pids.items()}
+
+    def one(rank: int) -> str:
+        ok, text = py_spy_dump(pids[rank], timeout, native=True)
+        # one line: a caller prints it as the reason (ptrace refused, py-spy missing, ...)
+        return text if ok else "no native stack captured (py-spy --native: " + " ".join(text.split()) + ")"
+
+    if not pids:
+        return {}, {}
+    with ThreadPoolExecutor(max_workers=min(16, len(pids))) as ex:
+        native = dict(zip(sorted(pids), ex.map(one, sorted(pids))))
+    return native, threads
 
 
 # --- reading stacks --------------------------------------------------------------------------

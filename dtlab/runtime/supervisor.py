@@ -28,6 +28,7 @@ from typing import Callable
 from . import evidence, guard, output, plan as _plan, reaper
 from .errors import Failure, exit_summary
 from .procs import RankProcs
+from .stacks import capture_native
 
 TICK = 0.02  # seconds between looks at the ranks when nothing wakes the loop sooner
 FAILURE_GRACE = 1.5  # after a first failure, how long the others get to report theirs
@@ -124,6 +125,12 @@ class Supervisor:
                                (mode, self.run_dir, *extra_args))
         self.stacks: dict[str, dict[int, str]] = {}
         self.stack_method = ""
+        # below Python, taken with the stacks when asked (launch's native_stacks): per moment,
+        # {rank: py-spy --native text} and {rank: the OS threads}; kept apart from self.stacks,
+        # which the evidence folder and the diagnosis read as Python stacks
+        self.native_stacks = False
+        self.native: dict[str, dict[int, str]] = {}
+        self.threads: dict[str, dict[int, list[dict]]] = {}
         self.phase = "run"  # or "start": wait() was still waiting for ranks to reach user code
         self.late: list[int] = []  # the ranks that had not reached it when start-up timed out
         self._reaper = None
@@ -212,8 +219,11 @@ class Supervisor:
     def examine(self, ranks: list[int], when: str) -> dict[int, str]:
         """Stacks (and, on NCCL, Flight Recorder dumps) of stuck ranks, without stopping them."""
         pids = self.rank_pids()
+        live = {r: pids[r] for r in ranks if r in pids}
         self.stack_method, self.stacks[when] = evidence.examine_stuck(
-            {r: pids[r] for r in ranks if r in pids}, self.run_dir, self.plan.backend)
+            live, self.run_dir, self.plan.backend)
+        if self.native_stacks:
+            self.native[when], self.threads[when] = capture_native(live)
         return self.stacks[when]
 
     # -- conclude ---------------------------------------------------------------------------------
