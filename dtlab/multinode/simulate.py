@@ -245,9 +245,10 @@ def _start(ag: Agents, net: netns.Network | None, nodes: int, ppn: int, fault: s
 
 
 CONSOLE_LINES = 200
-# s a lost ping probe waits for its echo: a veth answers within a millisecond, so 0.2 s only
-# ever waits out a probe that is lost; on a real network `ping -W 1` is the habit
-PROBE_WAIT = 0.2
+# s a ping probe waits for its echo: a veth answers within a millisecond, so only a lost probe
+# waits this long (a late echo taken for lost would invent a black hole: not shorter on a busy
+# 2-core machine); on a real network `ping -W 1` is the habit
+PROBE_WAIT = 0.5
 
 
 def _iperf(net: netns.Network, seconds: int) -> dict:
