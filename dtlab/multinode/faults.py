@@ -79,3 +79,26 @@ def apply(fault: str, plan: list[dict], net, port: int) -> str:
         rules = net.drop_ports_except(0, port_)
         return f"in {plan[0]['name']}: {rules}"
     raise ValueError(f"unknown fault {fault}")
+
+
+def paths_under(fault: str, nodes: int = 2, wait: float = 0.5) -> list[dict]:
+    """The path MTUs ``ping -M do`` finds from node 0 to every other node of a fresh simulated
+    network with ``fault`` applied -- no launch, only the network (root)::
+
+        paths_under("mtu_mismatch")   # [{'src': 'node0', 'dst': 'node1', 'mtu': 9000,
+                                      #   'largest_payload': 1472, 'path_mtu': 1500, ...}]
+    """
+    from . import netns
+
+    why = netns.available()
+    if why:
+        raise ValueError(f"paths_under needs network namespaces: {why}")
+    if fault not in NEEDS_NETNS or nodes < 2:
+        raise ValueError(f"paths_under({fault!r}, {nodes}): give a network fault "
+                         f"({', '.join(sorted(NEEDS_NETNS))}) and 2 or more nodes")
+    with netns.Network(nodes) as net:
+        plan = [{"name": f"node{i}", "address": a, "ifname": netns.IFNAME,
+                 "endpoint": f"{net.addresses[0]}:{RDZV_PORT}", "start": True}
+                for i, a in enumerate(net.addresses)]
+        apply(fault, plan, net, RDZV_PORT)
+        return [netns.path_mtu(net, 0, i, wait=wait) for i in range(1, nodes)]

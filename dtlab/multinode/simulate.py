@@ -199,7 +199,7 @@ def simulate(nodes: int = 2, procs_per_node: int = 2, mode: str = "auto",
         diag = diagnose(consoles, codes, report, plan, qdiscs=qdiscs, paths=paths)
         res = _result(mode, note, fault, injected, nodes, procs_per_node, plan, launch, codes,
                       report, diag, time.monotonic() - t0, ag)
-        res["paths"] = paths
+        res["paths"], res["plan"] = paths, plan
         if measured is not None:
             res["iperf3"] = measured
     # what each node's console said (its last CONSOLE_LINES lines): the evidence the diagnosis
@@ -312,10 +312,43 @@ def _result(mode, note, fault, injected, n, ppn, plan, launch, codes, report, di
             "ranks_present": rep.get("ranks_present", 0), "ok": bool(rep.get("ok")) and not fault,
             "nodes": nodes_, "latency_us": rep.get("latency_us"),
             "bandwidth_GBps": rep.get("bandwidth_GBps"), "pairs": rep.get("pairs", []),
+            "bytes": rep.get("bytes"),
             "problems": {k: rep[k] for k in ("missing", "duplicate_ranks", "duplicate_gpus",
                                              "bad_local_ranks") if k in rep},
             "fault": fault, "injected": injected, "diagnosis": diag, "launch": launch,
             "seconds": round(secs, 1)}
+
+
+def rediagnose(res: dict, paths=...) -> dict:
+    """The diagnosis again, from a rehearsal's result as :func:`simulate` returned it (or as
+    recorded in ``data/``). ``paths``: the ``ping -M do`` evidence to use, by default the
+    result's own; None reads the consoles as an engineer who has not run ping::
+
+        rediagnose(res, paths=None)["failure_class"]   # 'stalled' where res said 'mtu_mismatch'
+    """
+    codes = {n["name"]: n["exit_code"] for n in res["nodes"] if n["started"]}
+    return diagnose(res["consoles"], codes, None if not res["pairs"] else _report_of(res),
+                    res["plan"], paths=res.get("paths") if paths is ... else paths)
+
+
+def _report_of(res: dict) -> dict:
+    """What :func:`diagnose` reads of the check's report, from the result's own copy."""
+    return {"ok": not any(res["problems"].values()), "ranks_present": res["ranks_present"],
+            "world_size": res["world_size"], "pairs": res["pairs"], "bytes": res.get("bytes"),
+            "bandwidth_GBps": res["bandwidth_GBps"], **res["problems"]}
+
+
+def beside_iperf(res: dict) -> str:
+    """The check's across-node busbw beside iperf3's one stream on the same link, in Gbit/s. On 2
+    ranks an all_reduce of S bytes sends S each way over the link in time t, and busbw is S / t
+    (2(n-1)/n = 1): the same quantity as one direction's stream rate."""
+    ip, bw = res.get("iperf3") or {}, (res.get("bandwidth_GBps") or {}).get("across")
+    if "Gbps" not in ip or bw is None:
+        return (f"nothing to compare: busbw across {bw}, iperf3 "
+                f"{ip.get('error', 'not run (iperf_seconds=0)')}")
+    return (f"busbw across nodes {bw * 8:8.3f} Gbit/s ({bw:.4f} GB/s, all_reduce of "
+            f"{res.get('bytes') or 0:,} B)   iperf3 {ip['client']}->{ip['server']} "
+            f"{ip['Gbps']:8.3f} Gbit/s   busbw/iperf3 {bw * 8 / ip['Gbps']:.2f}")
 
 
 def render_pairs(res: dict) -> str:

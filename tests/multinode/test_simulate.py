@@ -134,7 +134,7 @@ def test_without_root_auto_falls_back_to_localhost_and_says_so(clean, monkeypatc
 # the network faults' own bounds: blocked_data_ports ends at the store's connect timeout (the
 # process group's); mtu_mismatch when node1's kernel gives up (~8 s, whatever the timeouts), and
 # node0's silent rank is then stopped after `grace`
-FASTER = {"blocked_data_ports": dict(pg_timeout=2), "mtu_mismatch": dict(grace=1.0)}
+FASTER = {"blocked_data_ports": dict(pg_timeout=2, grace=1.0), "mtu_mismatch": dict(grace=1.0)}
 
 
 @needs_root
