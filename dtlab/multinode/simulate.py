@@ -199,7 +199,7 @@ def simulate(nodes: int = 2, procs_per_node: int = 2, mode: str = "auto",
         diag = diagnose(consoles, codes, report, plan, qdiscs=qdiscs, paths=paths)
         res = _result(mode, note, fault, injected, nodes, procs_per_node, plan, launch, codes,
                       report, diag, time.monotonic() - t0, ag)
-        res["paths"], res["plan"] = paths, plan
+        res["paths"], res["qdiscs"], res["plan"] = paths, qdiscs, plan
         if measured is not None:
             res["iperf3"] = measured
     # what each node's console said (its last CONSOLE_LINES lines): the evidence the diagnosis
@@ -328,7 +328,8 @@ def rediagnose(res: dict, paths=...) -> dict:
     """
     codes = {n["name"]: n["exit_code"] for n in res["nodes"] if n["started"]}
     return diagnose(res["consoles"], codes, None if not res["pairs"] else _report_of(res),
-                    res["plan"], paths=res.get("paths") if paths is ... else paths)
+                    res["plan"], qdiscs=res.get("qdiscs"),
+                    paths=res.get("paths") if paths is ... else paths)
 
 
 def _report_of(res: dict) -> dict:

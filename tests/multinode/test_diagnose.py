@@ -120,3 +120,27 @@ def test_a_port_beyond_the_rendezvous_that_times_out_is_blocked_data_ports():
     refused = BLOCKED + "[I1127 20:47:30.1 socket.cpp:931] (errno: 111 - Connection refused)\n"
     d = diagnose({"node0": host, "node1": refused}, {"node0": 1, "node1": 1}, None, plan)
     assert d["failure_class"] != "blocked_data_ports", d
+
+
+def test_the_recorded_rehearsals_diagnose_again_as_recorded():
+    """data/cpu-multinode-netns (notebook 04's fallback): the diagnosis read again from each
+    result, with and without its ping probe, and busbw beside iperf3."""
+    import json
+    import os
+
+    from dtlab.course.recorded import data_root
+    from dtlab.multinode.simulate import beside_iperf, rediagnose
+
+    def load(name):
+        with open(os.path.join(data_root(), "cpu-multinode-netns", name)) as f:
+            return json.load(f)
+
+    mtu, ports = load("mtu_mismatch.json"), load("blocked_data_ports.json")
+    assert rediagnose(mtu)["failure_class"] == "mtu_mismatch"
+    assert rediagnose(mtu, paths=None)["failure_class"] == "stalled"
+    assert rediagnose(ports)["failure_class"] == "blocked_data_ports"
+    assert rediagnose(load("slow_link-iperf.json"))["failure_class"] == "slow_link"
+    slow = load("slow_link-iperf.json")  # at 100 Mbit/s the link is the bound: busbw ~ iperf3
+    assert 0.9 < slow["bandwidth_GBps"]["across"] * 8 / slow["iperf3"]["Gbps"] < 1.1
+    assert "busbw/iperf3" in beside_iperf(slow)
+    assert beside_iperf(mtu).startswith("nothing to compare")
