@@ -15,6 +15,10 @@ mtu_mismatch       an established connection between ranks stopped carrying data
 stalled            the same stall without that probe, or with a probe that finds the path whole:
                    unsure -- an MTU black hole, a firewall, a link or host gone; the summary
                    names the ``ping -M do`` test that tells them apart
+blocked_data_ports a node reached the rendezvous port, then its connects to another port of the
+                   hosting node (the workers' store torchrun opens at run time, MASTER_PORT, or
+                   a backend's own) time out, never refused: a firewall passes only the
+                   rendezvous port
 wrong_master_addr  a node's store connects fail with "No route to host", or time out towards
                    an address no node has
 wrong_port         connects to a node's address are refused (errno 111; seen with
@@ -22,10 +26,6 @@ wrong_port         connects to a node's address are refused (errno 111; seen wit
                    differs from the one the hosting node was given
 blocked_port       connects to the hosting node's own address and port time out, never refused:
                    something drops the packets (a closed port would refuse)
-blocked_data_ports a node reached the rendezvous port, then its connects to another port of the
-                   hosting node (the workers' store torchrun opens at run time, MASTER_PORT, or
-                   a backend's own) time out, never refused: a firewall passes only the
-                   rendezvous port
 missing_node       the hosting agent's rendezvous timed out and a node left no console at all
 slow_link          the run worked, and a tc rate limit on a node's link, or one node pair much
                    slower than the others, explains the across-node bandwidth (alpha-beta:
@@ -36,6 +36,11 @@ unfinished         no agent failed, yet the check had not reported when the agen
                    stopped at the time limit: too slow to tell (a verdict unsure, not a failure)
 launch_failed      anything else (the last error line of each failed node is the evidence)
 =================  ==========================================================================
+
+The stall rule reads the kernel's "Connection timed out", which between real hosts comes only
+when TCP gives up (``tcp_retries2``: at least 924.6 s by default); in the rehearsal node 1's own
+veth reports its drops and its TCP gives up after ~8 s, while node 0 stays silent as real hosts
+would. A run that only hangs ends ``unfinished``, with any short ping path in its evidence.
 
 A store error in a run that worked -- every started agent exited 0 and the check found the world
 whole -- names no failure: torchrun's hosting agent may leave before another agent has closed the
@@ -210,10 +215,15 @@ def diagnose(consoles: dict[str, str], codes: dict[str, int | None], report: dic
         for n in running:
             last = (consoles.get(n, "").strip().splitlines() or ["(no output yet)"])[-1]
             note(f"{n}.log", "console", f"still running when stopped; its last line: {last[:300]}")
+        short = _short_paths(paths)
+        for p in short:  # between real hosts an MTU black hole hangs like this, silent
+            note(f"{p['src']}: ping -M do", "path", _path_finding(p))
         return done("unfinished", f"no agent failed, but the check had not reported when "
                     f"{', '.join(running)} were stopped at the rehearsal's time limit: too slow "
                     f"to tell whether the launch works (a busy machine? larger --join-timeout "
-                    f"and --pg-timeout give it longer)")
+                    f"and --pg-timeout give it longer)" + (
+                        "; and ping -M do finds a path that drops frames its NICs send (see the "
+                        "evidence): big messages would hang on it" if short else ""))
 
     for n, t in consoles.items():
         if codes.get(n) not in (0, None):

@@ -13,6 +13,8 @@ iproute2::
         net.exec_prefix(0)                  # ['ip', 'netns', 'exec', 'dtlab-123-n0']
         net.rate_limit(1, "200mbit")        # tc tbf on both ends of node 1's link
         net.drop_port(0, 29400)             # nftables: SYNs to node 0's port vanish
+        net.set_mtu(1, 1500, "hub")         # node 1's switch port at 1500
+        path_mtu(net, 0, 1)["path_mtu"]     # 1500: what `ping -M do -s SIZE` finds
 """
 
 from __future__ import annotations
@@ -158,7 +160,10 @@ class Network:
     def set_mtu(self, node: int, mtu: int, side: str = "node") -> str:
         """The MTU of one end of node ``node``'s link: ``side="node"`` its ``eth0``, ``"hub"``
         the switch port it plugs into (the hub's ``n<node>``), ``"both"`` both. Returns what was
-        set, as ``ip`` would be typed on that host."""
+        set, as ``ip`` would be typed on that host::
+
+            net.set_mtu(1, 1500, "hub")   # 'ip link set n1 mtu 1500 (switch port)'
+        """
         if side not in ("node", "hub", "both"):
             raise ValueError(f"side {side!r}: give node, hub or both")
         ends = {"node": [(self.nodes[node], IFNAME)], "hub": [(self.hub, f"n{node}")]}
@@ -181,7 +186,10 @@ class Network:
     def drop_ports_except(self, node: int, port: int) -> str:
         """A stateful firewall on node ``node`` that lets new TCP connections in on ``port`` only:
         replies to its own connections pass (``ct state established,related``), connections
-        to any other port arriving on ``eth0`` are dropped. nftables only. Returns the rules."""
+        to any other port arriving on ``eth0`` are dropped. nftables only. Returns the rules::
+
+            net.drop_ports_except(0, 29400)   # '... tcp dport != 29400 drop'
+        """
         if not shutil.which("nft"):
             raise RuntimeError("blocked_data_ports needs nftables (apt-get install nftables)")
         body = (f"add rule inet dtlab input iifname {IFNAME} ct state established,related accept\n"
@@ -195,7 +203,8 @@ class Network:
         return "; ".join("nft " + line for line in body.strip().splitlines())
 
     def link_mtu(self, node: int) -> int:
-        """The MTU of node ``node``'s ``eth0``, as ``ip link show`` on that host says."""
+        """The MTU of node ``node``'s ``eth0``, as ``ip link show`` on that host says
+        (``net.link_mtu(0)`` -> 1500 in a fresh network)."""
         out = _ip("-n", self.nodes[node], "-o", "link", "show", IFNAME).stdout
         return int(re.search(r"\bmtu (\d+)", out).group(1))
 
@@ -221,7 +230,7 @@ ICMP_IP_HEADERS = 28  # an IPv4 header (20) and an ICMP echo header (8): payload
 def ping(net: Network, src: int, dst: int, payload: int, wait: float = 1.0) -> bool:
     """One ``ping -M do -s PAYLOAD -c 1 -W WAIT`` from node ``src`` to node ``dst``: True if the
     echo came back. ``-M do`` sets Don't Fragment, so a packet larger than some link on the way
-    is dropped (or refused locally), never split."""
+    is dropped (or refused locally), never split: ``ping(net, 0, 1, 1472)`` -> True on Ethernet."""
     r = subprocess.run([*net.exec_prefix(src), "ping", "-M", "do", "-s", str(payload), "-c", "1",
                         "-W", f"{wait:g}", "-q", net.addresses[dst]],
                        capture_output=True, text=True, timeout=wait + 10)

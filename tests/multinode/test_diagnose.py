@@ -90,6 +90,11 @@ def test_a_short_path_in_a_run_that_worked_is_evidence_not_a_failure():
     d = diagnose(CONSOLES, {"node0": 0, "node1": 0}, REPORT, PLAN, paths=SHORT)
     assert d["failure_class"] == "no_failure", d
     assert any(e["kind"] == "path" for e in d["evidence"])
+    # a run that only hung (as a black hole between real hosts does): unsure, the path beside it
+    d = diagnose({"node0": "", "node1": ""}, {"node0": None, "node1": None}, None, PLAN,
+                 paths=SHORT)
+    assert d["failure_class"] == "unfinished" and "ping -M do" in d["summary"], d
+    assert any(e["kind"] == "path" for e in d["evidence"])
 
 
 # node1's console of `simulate --fault blocked_data_ports` (real, 2026-11-27; trimmed), with a
