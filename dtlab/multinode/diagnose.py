@@ -315,10 +315,11 @@ def _path_finding(p: dict) -> str:
 
 
 def _stalled(stalled: dict[str, str], paths, logs, note, done) -> dict:
-    """A pair's connection stopped carrying data: MTU black hole if the probe says so, else unsure."""
+    """A pair's connection stopped carrying data: an MTU black hole if the probe says so, else
+    unsure (the summary names the ping test)."""
     for n, t in stalled.items():
         note(logs[n], "console", _line(t, _STALL))
-        shapes = [(op, shape) for op, shape in _COLLECTIVE.findall(t[:t.find("Connection timed out")])]
+        shapes = _COLLECTIVE.findall(t[:t.find("Connection timed out")])
         if shapes:  # TORCH_DISTRIBUTED_DEBUG=DETAIL: what ran before it stopped
             op, shape = shapes[-1]
             note(logs[n], "console", f"the last collective it started: {op} of shape [{shape}], "

@@ -170,8 +170,8 @@ class Network:
         ends["both"] = ends["node"] + ends["hub"]
         for ns, dev in ends[side]:
             _ip("-n", ns, "link", "set", dev, "mtu", str(mtu))
-        return " and ".join(f"ip link set {dev} mtu {mtu} ({'switch port' if ns == self.hub else f'node{node}'})"
-                            for ns, dev in ends[side])
+        where = {self.hub: "switch port", self.nodes[node]: f"node{node}"}
+        return " and ".join(f"ip link set {dev} mtu {mtu} ({where[ns]})" for ns, dev in ends[side])
 
     def frames_as_on_a_wire(self) -> None:
         """Every veth end sends one frame per packet (``gso_max_segs 1``), as a NIC's TSO puts
@@ -265,10 +265,12 @@ def path_mtu(net: Network, src: int, dst: int, wait: float = 1.0) -> dict:
         return {**out, "largest_payload": hi, "path_mtu": mtu, "probes": probes}
     ethernet = 1500 - ICMP_IP_HEADERS
     if ethernet < hi:  # narrow the bracket to Ethernet's default first
-        if crosses(ethernet):
-            lo, hi = ethernet, (hi if crosses(ethernet + 1) else ethernet + 1)
-        else:
+        if not crosses(ethernet):
             hi = ethernet
+        elif crosses(ethernet + 1):
+            lo = ethernet + 1
+        else:
+            lo, hi = ethernet, ethernet + 1
     if lo == 0 and not crosses(0):
         return {**out, "largest_payload": None, "path_mtu": None, "probes": probes}
     while hi - lo > 1:  # invariant: lo crosses, hi does not
