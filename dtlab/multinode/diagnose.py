@@ -119,7 +119,7 @@ def diagnose(consoles: dict[str, str], codes: dict[str, int | None], report: dic
     # stores had worked; store errors logged after it are agents tearing down
     stalled = {n: t for n, t in consoles.items() if _STALL.search(t)}
     if stalled:
-        return _stalled(stalled, paths, logs, note, done)
+        return _stalled(stalled, paths, plan, logs, note, done)
 
     failed_connect = {n: t for n, t in consoles.items() if _STORE_FAIL.search(t)}
     if failed_connect and _succeeded(codes, report, plan):
@@ -314,9 +314,9 @@ def _path_finding(p: dict) -> str:
             f"MTU {p['path_mtu']} = payload + 28), while {p['src']}'s eth0 has MTU {p['mtu']}")
 
 
-def _stalled(stalled: dict[str, str], paths, logs, note, done) -> dict:
-    """A pair's connection stopped carrying data: an MTU black hole if the probe says so, else
-    unsure (the summary names the ping test)."""
+def _stalled(stalled: dict[str, str], paths, plan, logs, note, done) -> dict:
+    """A pair's connection stopped carrying data: an MTU black hole if a probe between its two
+    ends says so, else unsure (the summary names the ping test)."""
     for n, t in stalled.items():
         note(logs[n], "console", _line(t, _STALL))
         shapes = _COLLECTIVE.findall(t[:t.find("Connection timed out")])
@@ -326,9 +326,11 @@ def _stalled(stalled: dict[str, str], paths, logs, note, done) -> dict:
                  f"after {len(shapes) - 1} others")
     n = sorted(stalled)[0]
     peer = _STALL.search(stalled[n]).group(1)
+    ends = {n, *(q["name"] for q in plan if q["address"] == peer)}
     short = _short_paths(paths)
     for p in short:
         note(f"{p['src']}: ping -M do", "path", _path_finding(p))
+    short = [p for p in short if {p["src"], p["dst"]} == ends]  # the stalled pair's own path
     if short:
         p = short[0]
         return done("mtu_mismatch", f"{n}'s connection to {peer} stopped carrying data mid-run "
@@ -336,10 +338,12 @@ def _stalled(stalled: dict[str, str], paths, logs, note, done) -> dict:
                     f"finds frames over {p['path_mtu']} bytes lost between {p['src']} and "
                     f"{p['dst']}, whose NICs send up to {p['mtu']}: an MTU mismatch on the way "
                     f"(a switch port at a smaller MTU sends no ICMP back). Set one MTU end to end.")
-    if paths:
-        note("ping -M do", "path", "every probed path carries its interface's full MTU")
-        why = ("the probed paths carry full-size frames, so not the MTU: a firewall that drops an "
-               "established flow, a link or a host gone mid-run")
+    probed = [p for p in paths or [] if {p["src"], p["dst"]} == ends]
+    if probed:
+        note("ping -M do", "path", f"the path between {' and '.join(sorted(ends))} carries its "
+             f"interface's full MTU")
+        why = ("the path between them carries full-size frames, so not the MTU: a firewall that "
+               "drops an established flow, a link or a host gone mid-run")
     else:
         why = (f"an MTU black hole (big frames lost, small ones pass), a firewall, a link or a "
                f"host gone mid-run. Tell them apart from {n}: `ping -M do -s $((MTU - 28)) -c 1 "

@@ -83,6 +83,13 @@ def test_a_stall_is_named_mtu_mismatch_only_when_a_ping_probe_finds_a_short_path
     # a probe that finds the whole MTU crossing: unsure, and not the MTU
     d = diagnose(consoles, codes, None, NET_PLAN, paths=FULL)
     assert d["failure_class"] == "stalled" and "not the MTU" in d["summary"], d
+    # a short path, but not the stalled pair's (node0 -> node2; node1 stalled on node0): unsure
+    plan3 = NET_PLAN + [{**NET_PLAN[1], "name": "node2", "address": "10.213.38.3"}]
+    elsewhere = [{**FULL[0]}, {**SHORT[0], "dst": "node2"}]
+    d = diagnose({**consoles, "node2": ""}, {**codes, "node2": None}, None, plan3, paths=elsewhere)
+    assert d["failure_class"] == "stalled" and "not the MTU" in d["summary"], d
+    d = diagnose({**consoles, "node2": ""}, {**codes, "node2": None}, None, plan3, paths=SHORT[:0])
+    assert d["failure_class"] == "stalled" and "ping -M do -s" in d["summary"], d
 
 
 def test_a_short_path_in_a_run_that_worked_is_evidence_not_a_failure():
