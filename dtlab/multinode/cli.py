@@ -4,7 +4,8 @@ Bad input is a ValueError raised inside the caller's ``arguments()`` block, befo
 made: one line on stderr, exit status 2.
 
     dtlab multinode script --nodes 2 --gpus-per-node 8 [--slurm] [--entry CMD] [--master ADDR]
-    sudo dtlab multinode simulate --nodes 2 --procs-per-node 2 [--mode netns] [--fault NAME] [--json]
+    sudo dtlab multinode simulate --nodes 2 --procs-per-node 2 [--mode netns] [--fault NAME]
+        [--iperf SECONDS] [--json]
 """
 
 from __future__ import annotations
@@ -41,6 +42,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="rendezvous join and store timeout, s (default 15)")
     m.add_argument("--pg-timeout", type=float, default=20,
                    help="process-group timeout in the ranks, s (default 20)")
+    m.add_argument("--iperf", type=int, default=0, metavar="SECONDS",
+                   help="then iperf3 from the last node to node 0 for SECONDS s, beside the "
+                        "check's busbw (netns mode; Debian's iperf3)")
     m.add_argument("--json", action="store_true", help="machine-readable report")
 
 
@@ -54,7 +58,7 @@ def check(args) -> None:
         from .simulate import check_args
 
         check_args(args.nodes, args.procs_per_node, args.mode, args.fault, args.join_timeout,
-                   args.pg_timeout)
+                   args.pg_timeout, args.iperf)
 
 
 def run(args) -> int:
@@ -78,7 +82,7 @@ def run(args) -> int:
 
     try:
         res = simulate(args.nodes, args.procs_per_node, args.mode, args.fault, args.join_timeout,
-                       args.pg_timeout)
+                       args.pg_timeout, iperf_seconds=args.iperf)
     except KeyboardInterrupt as e:  # simulate has removed everything it made
         how, status = ("SIGTERM", 128 + 15) if isinstance(e, Terminated) else ("Ctrl-C", 128 + 2)
         print(f"dtlab multinode simulate: stopped by {how}; everything it made is removed",
@@ -86,5 +90,6 @@ def run(args) -> int:
         return status  # as a shell reports a process ended by that signal
     print(json.dumps(res, indent=1) if args.json else render(res))
     if args.fault:
-        return 0 if res["diagnosis"]["failure_class"] not in ("launch_failed", "unfinished") else 1
+        unnamed = ("launch_failed", "unfinished", "stalled")  # the diagnosis could not name it
+        return 0 if res["diagnosis"]["failure_class"] not in unnamed else 1
     return 0 if res["ok"] else 1

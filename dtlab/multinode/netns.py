@@ -13,6 +13,8 @@ iproute2::
         net.exec_prefix(0)                  # ['ip', 'netns', 'exec', 'dtlab-123-n0']
         net.rate_limit(1, "200mbit")        # tc tbf on both ends of node 1's link
         net.drop_port(0, 29400)             # nftables: SYNs to node 0's port vanish
+        net.set_mtu(1, 1500, "hub")         # node 1's switch port at 1500
+        path_mtu(net, 0, 1)["path_mtu"]     # 1500: what `ping -M do -s SIZE` finds
 """
 
 from __future__ import annotations
@@ -155,6 +157,57 @@ class Network:
             raise RuntimeError(f"firewall rule in {ns}: {r.stderr.strip()}")
         return shown
 
+    def set_mtu(self, node: int, mtu: int, side: str = "node") -> str:
+        """The MTU of one end of node ``node``'s link: ``side="node"`` its ``eth0``, ``"hub"``
+        the switch port it plugs into (the hub's ``n<node>``), ``"both"`` both. Returns what was
+        set, as ``ip`` would be typed on that host::
+
+            net.set_mtu(1, 1500, "hub")   # 'ip link set n1 mtu 1500 (switch port)'
+        """
+        if side not in ("node", "hub", "both"):
+            raise ValueError(f"side {side!r}: give node, hub or both")
+        ends = {"node": [(self.nodes[node], IFNAME)], "hub": [(self.hub, f"n{node}")]}
+        ends["both"] = ends["node"] + ends["hub"]
+        for ns, dev in ends[side]:
+            _ip("-n", ns, "link", "set", dev, "mtu", str(mtu))
+        where = {self.hub: "switch port", self.nodes[node]: f"node{node}"}
+        return " and ".join(f"ip link set {dev} mtu {mtu} ({where[ns]})" for ns, dev in ends[side])
+
+    def frames_as_on_a_wire(self) -> None:
+        """Every veth end sends one frame per packet (``gso_max_segs 1``), as a NIC's TSO puts
+        MTU-sized frames on a wire. Why: the kernel hands a GSO super-packet between veths
+        unchecked against the receiving MTU (``is_skb_forwardable`` passes any GSO skb), so
+        without this a 1500-byte port carried 4 MiB of 9000-byte TCP segments (measured,
+        kernel 6.18, 2026-11-27) while ``ping -M do -s 1473`` through it failed."""
+        for i, ns in enumerate(self.nodes):
+            _ip("-n", ns, "link", "set", IFNAME, "gso_max_segs", "1")
+            _ip("-n", self.hub, "link", "set", f"n{i}", "gso_max_segs", "1")
+
+    def drop_ports_except(self, node: int, port: int) -> str:
+        """A stateful firewall on node ``node`` that lets new TCP connections in on ``port`` only:
+        replies to its own connections pass (``ct state established,related``), connections
+        to any other port arriving on ``eth0`` are dropped. nftables only. Returns the rules::
+
+            net.drop_ports_except(0, 29400)   # '... tcp dport != 29400 drop'
+        """
+        if not shutil.which("nft"):
+            raise RuntimeError("blocked_data_ports needs nftables (apt-get install nftables)")
+        body = (f"add rule inet dtlab input iifname {IFNAME} ct state established,related accept\n"
+                f"add rule inet dtlab input iifname {IFNAME} tcp dport != {port} drop\n")
+        rules = ("add table inet dtlab\n"
+                 "add chain inet dtlab input { type filter hook input priority 0; }\n" + body)
+        r = subprocess.run([*self.exec_prefix(node), "nft", "-f", "-"], input=rules,
+                           capture_output=True, text=True, timeout=20)
+        if r.returncode:
+            raise RuntimeError(f"firewall rule in {self.nodes[node]}: {r.stderr.strip()}")
+        return "; ".join("nft " + line for line in body.strip().splitlines())
+
+    def link_mtu(self, node: int) -> int:
+        """The MTU of node ``node``'s ``eth0``, as ``ip link show`` on that host says
+        (``net.link_mtu(0)`` -> 1500 in a fresh network)."""
+        out = _ip("-n", self.nodes[node], "-o", "link", "show", IFNAME).stdout
+        return int(re.search(r"\bmtu (\d+)", out).group(1))
+
     def undo_commands(self) -> list[list[str]]:
         """What :meth:`close` does, as commands in the order things were made, for a process that
         outlives this one (:meth:`dtlab.runtime.agents.Agents.undo_if_killed`)."""
@@ -169,3 +222,58 @@ class Network:
         for d in self.made_etc:
             shutil.rmtree(d, ignore_errors=True)
         self.made_etc = []
+
+
+ICMP_IP_HEADERS = 28  # an IPv4 header (20) and an ICMP echo header (8): payload + 28 = packet
+
+
+def ping(net: Network, src: int, dst: int, payload: int, wait: float = 1.0) -> bool:
+    """One ``ping -M do -s PAYLOAD -c 1 -W WAIT`` from node ``src`` to node ``dst``: True if the
+    echo came back. ``-M do`` sets Don't Fragment, so a packet larger than some link on the way
+    is dropped (or refused locally), never split: ``ping(net, 0, 1, 1472)`` -> True on Ethernet."""
+    r = subprocess.run([*net.exec_prefix(src), "ping", "-M", "do", "-s", str(payload), "-c", "1",
+                        "-W", f"{wait:g}", "-q", net.addresses[dst]],
+                       capture_output=True, text=True, timeout=wait + 10)
+    return r.returncode == 0
+
+
+def path_mtu(net: Network, src: int, dst: int, wait: float = 1.0) -> dict:
+    """The largest ping payload that crosses from node ``src`` to node ``dst`` unfragmented, found
+    by bisection between 0 and what ``src``'s own MTU allows -- what an engineer finds by hand
+    with ``ping -M do -s SIZE``. The path MTU is that payload + 28; a path MTU below the
+    interface's means frames in between vanish (a black hole when nothing sends ICMP back, as a
+    layer-2 switch does not). The first probes are the sizes everyone tries first, the NIC's
+    full MTU and Ethernet's 1500 (payload 1472, then 1473): most answers take one to three.
+    Each probe that gets no echo costs ``wait`` s (``-W``)::
+
+        with Network(2) as net:                      # as root
+            path_mtu(net, 0, 1)   # {'src': 'node0', 'dst': 'node1', 'mtu': 1500,
+                                  #  'largest_payload': 1472, 'path_mtu': 1500, 'probes': 1}
+
+    ``largest_payload`` is None when not even an empty ping crosses (no path at all)."""
+    mtu = net.link_mtu(src)
+    probes = 0
+
+    def crosses(payload: int) -> bool:
+        nonlocal probes
+        probes += 1
+        return ping(net, src, dst, payload, wait)
+
+    out = {"src": f"node{src}", "dst": f"node{dst}", "mtu": mtu}
+    lo, hi = 0, mtu - ICMP_IP_HEADERS
+    if crosses(hi):
+        return {**out, "largest_payload": hi, "path_mtu": mtu, "probes": probes}
+    ethernet = 1500 - ICMP_IP_HEADERS
+    if ethernet < hi:  # narrow the bracket to Ethernet's default first
+        if not crosses(ethernet):
+            hi = ethernet
+        elif crosses(ethernet + 1):
+            lo = ethernet + 1
+        else:
+            lo, hi = ethernet, ethernet + 1
+    if lo == 0 and not crosses(0):
+        return {**out, "largest_payload": None, "path_mtu": None, "probes": probes}
+    while hi - lo > 1:  # invariant: lo crosses, hi does not
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if crosses(mid) else (lo, mid)
+    return {**out, "largest_payload": lo, "path_mtu": lo + ICMP_IP_HEADERS, "probes": probes}

@@ -49,7 +49,7 @@ MODES = ("auto", "netns", "localhost")
 
 
 def check_args(nodes: int, procs_per_node: int, mode: str, fault: str | None,
-               join_timeout: float, pg_timeout: float) -> None:
+               join_timeout: float, pg_timeout: float, iperf_seconds: int = 0) -> None:
     """ValueError naming what is wrong, before anything is made."""
     if not 1 <= nodes <= 16:
         raise ValueError(f"--nodes {nodes}: give 1 to 16 simulated nodes.")
@@ -71,6 +71,14 @@ def check_args(nodes: int, procs_per_node: int, mode: str, fault: str | None,
     for name, v in (("--join-timeout", join_timeout), ("--pg-timeout", pg_timeout)):
         if not 2 <= v <= 600:
             raise ValueError(f"{name} {v}: give 2 to 600 seconds.")
+    if not 0 <= iperf_seconds <= 60:
+        raise ValueError(f"--iperf {iperf_seconds}: give 1 to 60 seconds (0: no iperf3).")
+    if iperf_seconds and (mode == "localhost" or netns.available()):
+        why = netns.available()
+        raise ValueError("--iperf needs separate network stacks: use --mode netns as root"
+                         + (f" ({why})." if why else "."))
+    if iperf_seconds and nodes < 2:
+        raise ValueError("--iperf needs --nodes 2 or more (it measures the link between two).")
 
 
 def _free_port() -> int:
@@ -149,9 +157,15 @@ def _agent_argv(torchrun_args: list[str], loopback: bool) -> list[str]:
 
 def simulate(nodes: int = 2, procs_per_node: int = 2, mode: str = "auto",
              fault: str | None = None, join_timeout: float = 15, pg_timeout: float = 20,
-             iters: int = 30, nbytes: int = 1 << 20, grace: float = 3.0) -> dict:
-    """Launch, wait, report, clean up (module docstring). Returns the JSON-ready report."""
-    check_args(nodes, procs_per_node, mode, fault, join_timeout, pg_timeout)
+             iters: int = 30, nbytes: int = 1 << 20, grace: float = 3.0,
+             iperf_seconds: int = 0) -> dict:
+    """Launch, wait, report, clean up (module docstring). Returns the JSON-ready report.
+
+    In netns mode it also gathers what an engineer would check on each host afterwards: ``tc
+    qdisc show`` and, from node 0 to every other node, the path MTU (:func:`.netns.path_mtu`,
+    ``ping -M do``); with ``iperf_seconds`` > 0, ``iperf3`` from the last node to node 0 on the
+    same links (:mod:`.iperf`, key ``iperf3``: Gbit/s), to set beside the check's busbw."""
+    check_args(nodes, procs_per_node, mode, fault, join_timeout, pg_timeout, iperf_seconds)
     note = None
     if mode == "auto":
         why = netns.available()
@@ -175,13 +189,19 @@ def simulate(nodes: int = 2, procs_per_node: int = 2, mode: str = "auto",
                 codes = _wait(ag, join_timeout + pg_timeout + 30, grace)
                 consoles = {name: ag.output(name) for name in ag.procs}
                 qdiscs = _qdiscs(net) if net else {}
+                paths = [netns.path_mtu(net, 0, i, wait=PROBE_WAIT) for i in range(1, nodes)
+                         ] if net else None
+                measured = _iperf(net, iperf_seconds) if net and iperf_seconds else None
         finally:
             report = _read(out)
             if not os.environ.get("DTLAB_KEEP_RUNS"):
                 shutil.rmtree(run_dir, ignore_errors=True)
-        diag = diagnose(consoles, codes, report, plan, qdiscs=qdiscs)
+        diag = diagnose(consoles, codes, report, plan, qdiscs=qdiscs, paths=paths)
         res = _result(mode, note, fault, injected, nodes, procs_per_node, plan, launch, codes,
                       report, diag, time.monotonic() - t0, ag)
+        res["paths"], res["qdiscs"], res["plan"] = paths, qdiscs, plan
+        if measured is not None:
+            res["iperf3"] = measured
     # what each node's console said (its last CONSOLE_LINES lines): the evidence the diagnosis
     # read, for a person to read too
     res["consoles"] = {name: "\n".join(text.splitlines()[-CONSOLE_LINES:])
@@ -225,6 +245,23 @@ def _start(ag: Agents, net: netns.Network | None, nodes: int, ppn: int, fault: s
 
 
 CONSOLE_LINES = 200
+# s a ping probe waits for its echo: a veth answers within a millisecond, so only a lost probe
+# waits this long (a late echo taken for lost would invent a black hole: not shorter on a busy
+# 2-core machine); on a real network `ping -W 1` is the habit
+PROBE_WAIT = 0.5
+
+
+def _iperf(net: netns.Network, seconds: int) -> dict:
+    """iperf3 from the last node to node 0, or why it could not run (one line)."""
+    from . import iperf
+
+    why = iperf.available()
+    if why:
+        return {"error": why}
+    try:
+        return iperf.iperf(net, 0, net.n - 1, seconds, timeout=seconds + 10)
+    except (RuntimeError, TimeoutError, ValueError) as e:  # a broken link breaks iperf3 too
+        return {"error": str(e)}
 
 
 def _wait(ag: Agents, limit: float, grace: float) -> dict:
@@ -275,10 +312,48 @@ def _result(mode, note, fault, injected, n, ppn, plan, launch, codes, report, di
             "ranks_present": rep.get("ranks_present", 0), "ok": bool(rep.get("ok")) and not fault,
             "nodes": nodes_, "latency_us": rep.get("latency_us"),
             "bandwidth_GBps": rep.get("bandwidth_GBps"), "pairs": rep.get("pairs", []),
+            "bytes": rep.get("bytes"),
             "problems": {k: rep[k] for k in ("missing", "duplicate_ranks", "duplicate_gpus",
                                              "bad_local_ranks") if k in rep},
             "fault": fault, "injected": injected, "diagnosis": diag, "launch": launch,
             "seconds": round(secs, 1)}
+
+
+def rediagnose(res: dict, paths=...) -> dict:
+    """The diagnosis again, from a rehearsal's result as :func:`simulate` returned it (or as
+    recorded in ``data/``). ``paths``: the ``ping -M do`` evidence to use, by default the
+    result's own; None reads the consoles as an engineer who has not run ping::
+
+        rediagnose(res, paths=None)["failure_class"]   # 'stalled' where res said 'mtu_mismatch'
+    """
+    codes = {n["name"]: n["exit_code"] for n in res["nodes"] if n["started"]}
+    return diagnose(res["consoles"], codes, None if not res["pairs"] else _report_of(res),
+                    res["plan"], qdiscs=res.get("qdiscs"),
+                    paths=res.get("paths") if paths is ... else paths)
+
+
+def _report_of(res: dict) -> dict:
+    """What :func:`diagnose` reads of the check's report, from the result's own copy."""
+    return {"ok": not any(res["problems"].values()), "ranks_present": res["ranks_present"],
+            "world_size": res["world_size"], "pairs": res["pairs"], "bytes": res.get("bytes"),
+            "bandwidth_GBps": res["bandwidth_GBps"], **res["problems"]}
+
+
+def beside_iperf(res: dict) -> str:
+    """The check's across-node busbw beside iperf3's one stream on the same link, in Gbit/s. On 2
+    ranks an all_reduce of S bytes sends S each way over the link in time t, and busbw is S / t
+    (2(n-1)/n = 1): the same quantity as one direction's stream rate::
+
+        beside_iperf(simulate(2, 1, "netns", fault="slow_link", iperf_seconds=1))
+        # 'busbw across nodes 0.094 Gbit/s (...)   iperf3 node1->node0 0.096 Gbit/s   busbw/iperf3 0.98'
+    """
+    ip, bw = res.get("iperf3") or {}, (res.get("bandwidth_GBps") or {}).get("across")
+    if "Gbps" not in ip or bw is None:
+        return (f"nothing to compare: busbw across {bw}, iperf3 "
+                f"{ip.get('error', 'not run (iperf_seconds=0)')}")
+    return (f"busbw across nodes {bw * 8:8.3f} Gbit/s ({bw:.4f} GB/s, all_reduce of "
+            f"{res.get('bytes') or 0:,} B)   iperf3 {ip['client']}->{ip['server']} "
+            f"{ip['Gbps']:8.3f} Gbit/s   busbw/iperf3 {bw * 8 / ip['Gbps']:.2f}")
 
 
 def render_pairs(res: dict) -> str:
@@ -311,6 +386,10 @@ def render(res: dict) -> str:
             if lat is not None and bw is not None:
                 lines.append(f"  {k:<6} node: latency {lat:8.1f} us   busbw {bw:8.4f} GB/s")
     d = res["diagnosis"]
+    ip = res.get("iperf3")
+    if ip:
+        lines.append(f"  iperf3 {ip['client']} -> {ip['server']}: {ip['Gbps']:.3f} Gbit/s" if "Gbps"
+                     in ip else f"  iperf3: {ip['error']}")
     lines.append(f"diagnosis: {d['failure_class']} -- {d['summary']}")
     for e in d["evidence"]:
         lines.append(f"  [{e['file']}] {e['finding']}")

@@ -131,12 +131,22 @@ def test_without_root_auto_falls_back_to_localhost_and_says_so(clean, monkeypatc
     assert os.listdir(tmp_path) == []
 
 
+# the network faults' own bounds: blocked_data_ports ends at the store's connect timeout (the
+# process group's); mtu_mismatch when node1's kernel gives up (~8 s after the first big message,
+# whatever the timeouts), node0's silent rank then stopped after `grace` -- its longer
+# pg_timeout only moves the rehearsal's overall limit (join + pg + 30 s), which a start-up on a
+# loaded 2-core machine (load average 4) once used up
+FASTER = {"blocked_data_ports": dict(pg_timeout=2, grace=1.0),
+          "mtu_mismatch": dict(pg_timeout=15, grace=1.0)}
+
+
 @needs_root
 @pytest.mark.parametrize("fault", ["wrong_master_addr", "wrong_port", "blocked_port",
-                                   "missing_node", "wrong_ifname", "slow_link"])
+                                   "missing_node", "wrong_ifname", "slow_link", "mtu_mismatch",
+                                   "blocked_data_ports"])
 def test_fault_is_bounded_and_diagnosed(fault, clean):
     t0 = time.monotonic()
-    r = simulate(2, 1, "netns", fault=fault, **FAST)
+    r = simulate(2, 1, "netns", fault=fault, **{**FAST, **FASTER.get(fault, {})})
     assert time.monotonic() - t0 < 60
     d = r["diagnosis"]
     assert d["failure_class"] == fault, (d, r["nodes"])
@@ -148,13 +158,19 @@ def test_fault_is_bounded_and_diagnosed(fault, clean):
         assert r["bandwidth_GBps"]["across"] < 0.05  # 100 Mbit/s = 0.0125 GB/s
     else:
         assert r["ranks_present"] == 0
+    if fault == "mtu_mismatch":  # the probe saw what the switch port does
+        assert [(p["mtu"], p["path_mtu"]) for p in r["paths"]] == [(9000, 1500)]
+    elif r["mode"] == "netns":
+        assert [(p["mtu"], p["path_mtu"]) for p in r["paths"]] == [(1500, 1500)]
 
 
 def test_bad_input_is_one_line_and_exit_2(clean, capsys):
     from dtlab.cli import main
 
     for args in (["--nodes", "0"], ["--mode", "cloud"], ["--fault", "gremlins"],
-                 ["--mode", "localhost", "--fault", "blocked_port"], ["--join-timeout", "0"]):
+                 ["--mode", "localhost", "--fault", "blocked_port"], ["--join-timeout", "0"],
+                 ["--mode", "localhost", "--fault", "mtu_mismatch"], ["--iperf", "99"],
+                 ["--mode", "localhost", "--iperf", "2"], ["--nodes", "1", "--iperf", "2"]):
         assert main(["multinode", "simulate", *args]) == 2
         out, err = capsys.readouterr()
         assert out == "" and err.startswith("dtlab multinode: ") and err.count("\n") == 1, err
