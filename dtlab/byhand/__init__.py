@@ -279,8 +279,14 @@ def run_mistake(bug: str, nproc: int = 2, epochs: int = 2):
     import torch
 
     here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "classic.py")
-    if bug not in GPU_ONLY or torch.cuda.device_count() >= nproc:
+    if bug not in GPU_ONLY:
         return torchrun(here, "--bug", bug, "--epochs", str(epochs), nproc=nproc)
+    if torch.cuda.device_count() >= nproc:  # a crash's console is long: its telling lines
+        run = torchrun(here, "--bug", bug, "--epochs", str(epochs), nproc=nproc, show=False)
+        for ln in [f"$ {run.command}", *telling(run.console),
+                   f"[torchrun: exit status {run.code}, {run.seconds:.1f} s]"]:
+            print(ln)
+        return run
     from ..course.recorded import recorded
 
     rec = recorded(f"{RECORDED}/classic-{bug}.txt")

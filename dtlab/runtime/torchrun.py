@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from .agents import Agents
 from .errors import LaunchError
+from .plan import check_timeout
 from .supervisor import make_run_dir
 
 
@@ -39,12 +40,14 @@ class Torchrun:
         return self.code == 0
 
 
-def torchrun(script: str, *args, nproc: int = 2, timeout: float = 300, env: dict | None = None,
+def torchrun(script: str, *args, nproc: int = 2, timeout: float | None = 300,
+             env: dict | None = None,
              show: bool = True) -> Torchrun:
     """Run ``script`` with ``args`` under ``torchrun --standalone --nproc-per-node nproc``
     (module docstring). ``env``: variables added to this process's environment."""
-    if not isinstance(nproc, int) or not 1 <= nproc <= 64:
-        raise LaunchError(f"torchrun: nproc must be an int in 1..64, got {nproc!r}")
+    if isinstance(nproc, bool) or not isinstance(nproc, int) or not 1 <= nproc <= 64:
+        raise LaunchError(f"torchrun: nproc={nproc!r} must be an int in 1..64")
+    timeout = check_timeout(timeout)   # dtlab.run's rule: None or inf, no limit
     if not os.path.isfile(script):
         raise LaunchError(f"torchrun: no file {script!r} in {os.getcwd()}: write it first")
     argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
@@ -69,7 +72,7 @@ def torchrun(script: str, *args, nproc: int = 2, timeout: float = 300, env: dict
                     sys.stdout.write(_quiet(text[seen:end]))
                     sys.stdout.flush()
                     seen = end
-                if code is not None or time.monotonic() - t0 > timeout:
+                if code is not None or (timeout is not None and time.monotonic() - t0 > timeout):
                     break
                 time.sleep(0.1)
             console = ag.output("torchrun")

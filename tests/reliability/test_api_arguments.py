@@ -14,11 +14,13 @@ from __future__ import annotations
 import importlib
 import inspect
 import math
+import os
 
 import pytest
 
 from forked import nothing_starts  # noqa: F401 -- a fixture
 
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BAD = {"nan": math.nan, "inf": math.inf, "negative": -1, "zero": 0, "huge": 10**15,
        "wrong type": "5"}
 NO_LIMIT = "inf: no limit, as in dtlab.run"
@@ -28,6 +30,8 @@ SIZES = {"wrong type": [8]}  # a size may be a string ("1K"): a list is the wron
 # entry point -> (a call that would start, {numeric argument: {value it takes: why} or, under
 # "wrong type", the wrong-typed value to try instead of "5"})
 ENTRY_POINTS = {
+    "dtlab.torchrun": ({"script": os.path.join(ROOT, "dtlab", "byhand", "classic.py")}, {
+        "nproc": {}, "timeout": {"inf": NO_LIMIT}}),
     "dtlab.bench.sweep": (SWEEP, {
         "min_bytes": SIZES, "max_bytes": SIZES, "factor": {}, "iters": {},
         "warmup": {"zero": "no warm-up"}, "nprocs": {}, "timeout": {"inf": NO_LIMIT}}),
@@ -95,6 +99,7 @@ NOT_ENTRY_POINTS = {
         "NcclLog", "Call", "CommView", "Communicator", "Transport")},
     "dtlab.nccl_log.parse": "comm= picks a communicator of a parsed log (KeyError names it)",
     "dtlab.nccl_log.divergence": "a pass over parsed calls",
+    "dtlab.Torchrun": "a record of a launch that has ended: nothing starts",
 }
 # tables of their own, or another's
 ELSEWHERE = {"dtlab.run", "dtlab.Pool", "dtlab.Results", "dtlab.RankResult",  # runtime's

@@ -12,7 +12,7 @@ def test_bad_input_is_refused_before_anything_starts(tmp_path, monkeypatch):
     with pytest.raises(dtlab.LaunchError, match="no file 'absent.py'"):
         dtlab.torchrun("absent.py")
     (tmp_path / "s.py").write_text("")
-    with pytest.raises(dtlab.LaunchError, match="nproc must be"):
+    with pytest.raises(dtlab.LaunchError, match="nproc=0 must be"):
         dtlab.torchrun("s.py", nproc=0)
 
 
