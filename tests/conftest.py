@@ -105,6 +105,12 @@ def cuda_gpus() -> int:
         return 0
 
 
+def needs_gpus(n: int = 2) -> None:
+    """Skip the calling test unless this machine has ``n`` GPUs (the GPU tests' one guard)."""
+    if cuda_gpus() < n:
+        pytest.skip(f"needs {n} GPUs")
+
+
 # The longest modules first, each kept whole (its module fixtures made once): under
 # pytest-xdist a long test that starts last leaves the other worker idle at the end
 # (--durations on 2 cores: test_term's gradings ~300 s, 05's notebook ~140 s, test_answers

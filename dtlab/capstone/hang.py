@@ -47,12 +47,12 @@ import os
 import time
 from dataclasses import dataclass
 
+from ..hang.kinds import CULPRIT  # the rank that breaks, as in every reproducer
 from ..paths import check_output_folder
 from ..runtime.evidence import new_folder
 
 GOOD_STEPS = 3      # good steps before the bug: the loss falls, every collective matches
-BAD_STEP = GOOD_STEPS
-CULPRIT = 1
+BAD_STEP = GOOD_STEPS   # the capstone's own: the reproducers of dtlab.hang break at their step 2
 MAX_STEP = 8        # --at-step bound: each good step costs time, the bug is the point
 PG_TIMEOUT = 5.0    # seconds a collective may wait before gloo gives up
 TIMEOUT = 45.0      # dtlab.run's deadline for the whole job

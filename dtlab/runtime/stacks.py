@@ -28,8 +28,9 @@ import sysconfig
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+from .transcript import ANSI
+
 STACK_SIGNAL = signal.SIGUSR1
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def py_spy_path() -> str | None:
@@ -57,7 +58,7 @@ def py_spy_dump(pid: int, timeout: float = 10.0, native: bool = False) -> tuple[
         return False, f"py-spy {' '.join(cmd[1:])} did not answer in {timeout:g} s"
     if p.returncode != 0:
         return False, (p.stderr or p.stdout).strip()
-    return True, _ANSI.sub("", p.stdout)  # Jupyter kernels force colour on; stacks are data
+    return True, ANSI.sub("", p.stdout)  # Jupyter kernels force colour on; stacks are data
 
 
 def os_threads(pid: int) -> list[dict]:

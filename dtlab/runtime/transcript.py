@@ -15,7 +15,7 @@ import re
 WIDE_LINE = 72       # characters: about half of a JupyterLab notebook's width in code font
 STATIC_KEEP = 20_000  # characters per rank in the saved copy (a quarter from the start, the rest
 #                      from the end): the saved notebook stays small; results keep everything
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")  # a terminal control sequence (colour, cursor)
 
 
 class Transcript:
@@ -97,7 +97,7 @@ def static_html(transcripts: dict[int, Transcript], ranks: list[int],
 
 
 def _span(stream: str, text: str) -> str:
-    text = html.escape(_ANSI.sub("", text))
+    text = html.escape(ANSI.sub("", text))
     if stream == "err":
         return f'<span style="background-color:rgba(255, 0, 0, 0.08)">{text}</span>'
     if stream == "note":
@@ -115,7 +115,7 @@ def static_text(transcripts: dict[int, Transcript], ranks: list[int],
             silent.append(r)
             continue
         prefix = f"[{labels.get(r, f'rank {r}')}] "
-        text = _ANSI.sub("", "".join(t for _, t in kept))
+        text = ANSI.sub("", "".join(t for _, t in kept))
         lines += [prefix + ln for ln in text.rstrip("\n").split("\n")]
     if silent:
         lines.append(no_output_line(silent))

@@ -4,7 +4,7 @@ A *setting* is a dict of NCCL environment variables; ``{}`` is NCCL's own choice
 NCCL reads them once, when a communicator is created, so each setting runs in fresh ranks.
 
 ===================  =============================================================================
-NCCL_ALGO            Ring, Tree, CollnetDirect, CollnetChain, PAT (or a comma list of them).
+NCCL_ALGO            Tree, Ring, CollNetDirect, CollNetChain, PAT (or a comma list of them).
                      NVLS / NVLSTree are refused: dtlab never enables NVLink multicast.
 NCCL_PROTO           LL, LL128, Simple (or a comma list)
 NCCL_MIN_NCHANNELS   channels NCCL must use at least (a positive whole number)
@@ -30,10 +30,13 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
+from ..nccl_log import codes as _codes
 from ..vocab import parse_size
 
-ALGORITHMS = ("Ring", "Tree", "CollnetDirect", "CollnetChain", "PAT")
-PROTOCOLS = ("LL", "LL128", "Simple")
+# NCCL's own names (ncclAlgoStr / ncclProtoStr, which NCCL_ALGO / NCCL_PROTO match without regard
+# to case), spelled once in nccl_log.codes; every algorithm but NVLS's, which need NVLink multicast
+ALGORITHMS = tuple(a for a in _codes.ALGORITHMS if not a.startswith("NVLS"))
+PROTOCOLS = tuple(_codes.PROTOCOLS)
 FORCED = {"NCCL_NVLS_ENABLE": "0"}  # ARCHITECTURE.md, "Contracts": NVLink multicast stays off
 
 # name -> what a value must be; the order is the order of columns and labels

@@ -6,16 +6,13 @@ import torch
 
 import dtlab.bench as bench
 
+from conftest import needs_gpus
+
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("no_orphans")]
 
 
-def _two_gpus():
-    if torch.cuda.device_count() < 2:
-        pytest.skip("needs 2 GPUs")
-
-
 def test_graph_sweep_is_correct_and_not_slower_than_eager():
-    _two_gpus()
+    needs_gpus()
     kw = dict(nprocs=2, backend="nccl", iters=20, warmup=5, progress=False, timeout=180)
     eager = bench.sweep(["all_reduce", "sendrecv"], 8, "64K", **kw)
     graph = bench.sweep(["all_reduce", "sendrecv"], 8, "64K", graph=True, **kw)
@@ -29,7 +26,7 @@ def test_graph_sweep_is_correct_and_not_slower_than_eager():
 
 
 def test_p2p_matrix_and_bucketing_on_two_gpus():
-    _two_gpus()
+    needs_gpus()
     df = bench.p2p_matrix(size="64M", iters=5)
     assert len(df) == torch.cuda.device_count() * (torch.cuda.device_count() - 1)
     assert (df["uni_GBps"] > 1).all() and (df["bi_GBps"] > df["uni_GBps"] * 0.9).all()

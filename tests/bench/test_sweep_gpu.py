@@ -2,20 +2,16 @@
 machine with ``pytest -m gpu tests/bench``."""
 
 import pytest
-import torch
 
 from dtlab.bench import OPS, busbw, sweep
+
+from conftest import needs_gpus
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("no_orphans")]
 
 
-def _two_gpus():
-    if torch.cuda.device_count() < 2:
-        pytest.skip("needs 2 GPUs")
-
-
 def test_every_op_on_nccl_is_correct_and_reaches_real_bandwidth():
-    _two_gpus()
+    needs_gpus()
     df = sweep("all", 8, "64M", nprocs=2, backend="nccl", iters=5, warmup=2, timeout=240)
     assert list(dict.fromkeys(df["op"])) == list(OPS) and set(df["backend"]) == {"nccl"}
     for op, part in df.groupby("op"):
@@ -35,7 +31,7 @@ def test_every_op_on_nccl_is_correct_and_reaches_real_bandwidth():
 
 
 def test_wrong_count_catches_corruption_on_gpu():
-    _two_gpus()
+    needs_gpus()
     df = sweep(["all_reduce", "reduce_scatter", "sendrecv"], "1M", "1M", nprocs=2,
                backend="nccl", iters=2, warmup=1, progress=False, _inject={"corrupt": 5},
                timeout=120)

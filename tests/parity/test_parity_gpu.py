@@ -6,23 +6,19 @@ CUDA allocator's figure beside the local tensors'. Skipped without CUDA; on a GP
 """
 
 import pytest
-import torch
 
 from dtlab.parity import BUGS, compare_many, verdict
 from dtlab.parity.ddp import knobs
 from dtlab.parity.fsdp import SETTINGS, fsdp_vs_ddp
 
+from conftest import needs_gpus
+
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("no_orphans")]
-
-
-def _gpus(n=2):
-    if torch.cuda.device_count() < n:
-        pytest.skip(f"needs {n} GPUs")
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_every_bug_on_nccl(dtype):
-    _gpus()
+    needs_gpus()
     assert knobs("batchnorm", True, cuda=True)["norm"] == "sync"
     runs = [("none", False)] + [(b, f) for b in BUGS[1:] for f in (False, True)]
     reps = {(r.bug, r.fixed): r for r in compare_many(runs, nprocs=2, backend="nccl",
@@ -34,7 +30,7 @@ def test_every_bug_on_nccl(dtype):
 
 
 def test_fsdp2_vs_ddp_on_nccl():
-    _gpus()
+    needs_gpus()
     for r in fsdp_vs_ddp(nprocs=2, backend="nccl", steps=4, timeout=240):
         assert r.parity, str(r)
         assert r.tolerance == {"float32": 1e-5, "bfloat16": 1e-2}[SETTINGS[r.bug][1]]

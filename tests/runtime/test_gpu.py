@@ -11,12 +11,9 @@ import torch
 import dtlab
 from rank_fns import raise_on
 
+from conftest import needs_gpus
+
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("no_orphans")]
-
-
-def need(n):
-    if torch.cuda.device_count() < n:
-        pytest.skip(f"needs {n} GPUs")
 
 
 def on_my_gpu():
@@ -29,7 +26,7 @@ def on_my_gpu():
 
 
 def test_nccl_one_gpu_per_rank_even_after_the_parent_touched_cuda():
-    need(2)
+    needs_gpus(2)
     torch.zeros(1, device="cuda")  # the parent (a notebook kernel, say) already has a CUDA context
     n = torch.cuda.device_count()
     res = dtlab.run(on_my_gpu)
@@ -41,14 +38,14 @@ def test_nccl_one_gpu_per_rank_even_after_the_parent_touched_cuda():
 
 
 def test_nccl_debug_lines_are_captured_at_fd_level():
-    need(2)
+    needs_gpus(2)
     res = dtlab.run(on_my_gpu, nprocs=2, env={"NCCL_DEBUG": "INFO"})
     for r in (0, 1):
         assert "NCCL INFO" in res[r].stdout + res[r].stderr
 
 
 def test_nprocs_beyond_gpus_with_nccl_is_refused():
-    need(1)
+    needs_gpus(1)
     with pytest.raises(dtlab.LaunchError, match="needs"):
         dtlab.run(on_my_gpu, nprocs=torch.cuda.device_count() + 1, backend="nccl")
 
@@ -60,7 +57,7 @@ def gpu_pids():
 
 
 def test_failure_on_nccl_stops_the_waiting_rank_and_frees_the_gpus():
-    need(2)
+    needs_gpus(2)
     with pytest.raises(dtlab.RankError) as ei:
         dtlab.run(raise_on, 1, nprocs=2, timeout=120)
     assert ei.value.root_rank == 1
@@ -80,7 +77,7 @@ def hang_synced():
 
 
 def test_nccl_hang_names_each_ranks_line():
-    need(2)
+    needs_gpus(2)
     with pytest.raises(dtlab.HangError) as ei:
         dtlab.run(hang_synced, nprocs=2, timeout=20)
     e = ei.value
@@ -91,7 +88,7 @@ def test_nccl_hang_names_each_ranks_line():
 
 
 def test_pool_on_nccl_keeps_state_and_survives_a_hang():
-    need(2)
+    needs_gpus(2)
     with dtlab.Pool(nprocs=2) as pool:
         assert pool.backend == "nccl"
         pool.exec("x = torch.full((4,), float(rank + 1), device=device)\ndist.all_reduce(x)")
@@ -110,7 +107,7 @@ def test_nccl_pool_listens_on_loopback_only():
     else the parent or a rank opens: no listener beyond loopback."""
     import psutil
 
-    need(2)
+    needs_gpus(2)
     with dtlab.Pool(nprocs=2, backend="nccl") as pool:
         pool.exec("t = torch.ones(1, device=device); dist.all_reduce(t)")
         pids = [psutil.Process().pid] + [s["pid"] for s in pool.status()]

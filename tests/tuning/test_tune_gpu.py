@@ -3,20 +3,16 @@ taken, a setting NCCL refuses recorded. Skipped without CUDA; on a GPU machine:
 ``pytest -m gpu tests/tuning``."""
 
 import pytest
-import torch
 
 import dtlab.tuning as tuning
+
+from conftest import needs_gpus
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("no_orphans")]
 
 
-def _two_gpus():
-    if torch.cuda.device_count() < 2:
-        pytest.skip("needs 2 GPUs")
-
-
 def test_settings_are_taken_and_logged_beside_each_row(tmp_path):
-    _two_gpus()
+    needs_gpus()
     df = tuning.sweep(["shm", "tree", {"NCCL_PROTO": "Simple", "NCCL_MAX_NCHANNELS": 2}],
                       min_bytes="4K", max_bytes="4M", factor=32, iters=3, warmup=1, nprocs=2,
                       backend="nccl", log_dir=tmp_path, timeout=120)
@@ -35,7 +31,7 @@ def test_settings_are_taken_and_logged_beside_each_row(tmp_path):
 
 
 def test_a_setting_nccl_refuses_is_a_failed_row_and_the_sweep_goes_on():
-    _two_gpus()
+    needs_gpus()
     # AllGather has no Tree algorithm: NCCL refuses the call (data/h200x2-nccl-logs/tree_ll)
     df = tuning.sweep(["tree", "ll"], op="all_gather", min_bytes="1M", max_bytes="1M",
                       iters=2, warmup=1, nprocs=2, backend="nccl", timeout=120, progress=False)

@@ -56,7 +56,7 @@ def test_resolve_adds_default_first_dedupes_and_takes_labels():
 @pytest.mark.parametrize("setting, words", [
     ({"NCCL_ALGO": "NVLS"}, "NVLS algorithms use NVLink multicast"),
     ({"NCCL_ALGO": "Ring,NVLSTree"}, "never enables"),
-    ({"NCCL_ALGO": "Butterfly"}, "'Butterfly' is not valid; must be one of Ring, Tree"),
+    ({"NCCL_ALGO": "Butterfly"}, "'Butterfly' is not valid; must be one of Tree, Ring"),
     ({"NCCL_ALGO": "^Tree"}, "not valid"),
     ({"NCCL_PROTO": "LL256"}, "NCCL_PROTO='LL256'.*LL, LL128, Simple"),
     ({"NCCL_PROTO": ""}, "NCCL_PROTO"),
