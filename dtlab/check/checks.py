@@ -11,7 +11,7 @@ import shutil
 import time
 
 from ..topology.live import nvidia_smi
-from .report import FAIL, PASS, SKIP, WARN, Report, Row
+from .report import FAIL, PASS, SKIP, WARN, Report, Row, row
 
 LEVELS = ("quick", "standard", "full")
 
@@ -71,11 +71,6 @@ KNOWN_BUGS = {
 }
 
 
-def _row(check: str, t0: float, verdict: str, measured: str, expected: str = "",
-         source: str = "", todo: str = "") -> Row:
-    return Row(check, verdict, measured, expected, source, todo, round(time.monotonic() - t0, 2))
-
-
 # -- 1. software -------------------------------------------------------------------------------
 
 def env_rows(env: dict[str, str]) -> tuple[str, list[str], list[str]]:
@@ -112,7 +107,7 @@ def software() -> Row:
     verdict, said, warns = env_rows(dict(os.environ))
     measured = ", ".join(parts) + ("; " + "; ".join(warns + said) if warns or said else
                                    "; no NCCL/torch-distributed variables set")
-    return _row("software", t0, verdict, measured,
+    return row("software", t0, verdict, measured,
                 "no variable that slows NCCL down on purpose", "NVIDIA's NCCL env-variable docs",
                 "unset it unless you mean it (section 06 measures what each does)" if warns else "")
 
@@ -122,16 +117,16 @@ def software() -> Row:
 def gpus() -> Row:
     t0 = time.monotonic()
     if not shutil.which("nvidia-smi") and not os.path.exists("/proc/driver/nvidia"):
-        return _row("gpus", t0, SKIP, "no NVIDIA GPU here (no driver, no nvidia-smi)")
+        return row("gpus", t0, SKIP, "no NVIDIA GPU here (no driver, no nvidia-smi)")
     try:
         import pynvml
     except ImportError:
-        return _row("gpus", t0, SKIP, "NVML's Python bindings are not installed",
+        return row("gpus", t0, SKIP, "NVML's Python bindings are not installed",
                     todo="pip install nvidia-ml-py (on a machine with NVIDIA GPUs)")
     try:
         pynvml.nvmlInit()
     except Exception as e:  # noqa: BLE001 -- NVMLError_LibraryNotFound, DriverNotLoaded, ...
-        return _row("gpus", t0, SKIP, f"no NVIDIA driver here ({type(e).__name__})")
+        return row("gpus", t0, SKIP, f"no NVIDIA driver here ({type(e).__name__})")
     try:
         n = pynvml.nvmlDeviceGetCount()
         problems, seen = [], []
@@ -152,8 +147,8 @@ def gpus() -> Row:
             if pending:
                 problems.append(f"GPU{i} retired pages pending (reset the GPU)")
         if not n:
-            return _row("gpus", t0, SKIP, "NVML sees no GPU")
-        return _row("gpus", t0, FAIL if any("ECC" in p for p in problems) else
+            return row("gpus", t0, SKIP, "NVML sees no GPU")
+        return row("gpus", t0, FAIL if any("ECC" in p for p in problems) else
                     WARN if problems else PASS,
                     "; ".join(problems) if problems else ", ".join(seen),
                     "links at their maximum width, no uncorrected ECC error, no page pending",
@@ -202,7 +197,7 @@ def collectives(nprocs: int, backend: str) -> Row:
     if known:
         what += (f"; the failures are known bugs of torch's {rep.backend}, not of this machine: "
                  + ", ".join(known))
-    return _row("collectives", t0, verdict, what,
+    return row("collectives", t0, verdict, what,
                 "every op, dtype and size right on every rank", "dtlab validate (section 01)",
                 "run `dtlab validate --backend "
                 f"{rep.backend}` for every row; section 01 explains the checks" if own else "")
@@ -268,7 +263,7 @@ def bandwidth(nprocs: int, backend: str, curve: bool = False, links=None,
     ring's slowest hop)."""
     t0 = time.monotonic()
     if backend != "nccl":
-        return _row("bandwidth", t0, SKIP, f"ranks on {backend} (the CPU): no GPU links to hold "
+        return row("bandwidth", t0, SKIP, f"ranks on {backend} (the CPU): no GPU links to hold "
                     "a measurement to", todo="run on a machine with 2 or more GPUs")
     ceiling, how = links or link_ceiling()
     from ..bench import sweep
@@ -285,11 +280,11 @@ def bandwidth(nprocs: int, backend: str, curve: bool = False, links=None,
         figs = _figure(lambda: {"bandwidth": bandwidth_png(
             list(df["size"]), list(df["ip_busbw"]), ceiling, PASS_FRACTION, HEALTHY_FRACTION)})
     if ceiling is None:
-        return _row("bandwidth", t0, SKIP, f"1 GiB all_reduce busbw {busbw:.1f} GB/s; the links' "
+        return row("bandwidth", t0, SKIP, f"1 GiB all_reduce busbw {busbw:.1f} GB/s; the links' "
                     "ceiling is unknown here (no nvidia-smi nvlink, no NVML)",
                     todo="pip install nvidia-ml-py"), figs
     verdict = bandwidth_verdict(busbw, ceiling)
-    return _row("bandwidth", t0, verdict,
+    return row("bandwidth", t0, verdict,
                 f"1 GiB all_reduce busbw {busbw:.1f} GB/s = {busbw / ceiling:.2f} of the ceiling",
                 f">= {PASS_FRACTION:.2f} of {ceiling:.0f} GB/s ({how}); healthy 2x H200 reached "
                 f"{HEALTHY_FRACTION:.2f}, with NCCL_P2P_DISABLE=1 0.06",
@@ -332,7 +327,7 @@ def failure_path(nprocs: int, backend: str) -> Row:
     said = f"a planted size mismatch diagnosed as {d.failure_class} in {took:.1f} s"
     if left:
         said += f"; processes left behind: {left}"
-    return _row("failure", t0, verdict, said,
+    return row("failure", t0, verdict, said,
                 f"size_mismatch within {FAILURE_BOUND_S:.0f} s, nothing left behind",
                 "dtlab hang size_mismatch (section 07)",
                 "" if verdict == PASS else "run `dtlab hang size_mismatch` and read its evidence "
@@ -375,7 +370,7 @@ def p2p(nprocs: int, backend: str, links=None):
     """The P2P row and its picture (``(row, {"p2p": png})``); ``links`` as for :func:`bandwidth`."""
     t0 = time.monotonic()
     if backend != "nccl":
-        return _row("p2p", t0, SKIP, f"ranks on {backend} (the CPU): no GPU pairs to copy "
+        return row("p2p", t0, SKIP, f"ranks on {backend} (the CPU): no GPU pairs to copy "
                     "between", todo="run on a machine with 2 or more GPUs")
     from ..bench import p2p_matrix
 
@@ -391,7 +386,7 @@ def p2p(nprocs: int, backend: str, links=None):
                    if ceiling else "") + f"; healthy 2x H200 copied at {HEALTHY_COPY_FRACTION:.2f}")
     from .figures import p2p_png
 
-    return _row("p2p", t0, verdict, said, expected, "data/h200x2-bandwidth/p2p.csv",
+    return row("p2p", t0, verdict, said, expected, "data/h200x2-bandwidth/p2p.csv",
                 "" if verdict == PASS else "`dtlab bench --p2p` for the whole matrix; "
                 "`nvidia-smi topo -m` and `nvidia-smi nvlink -s` for the slow pair's links "
                 "(sections 02, 03)"), _figure(lambda: {"p2p": p2p_png(rows)})
@@ -417,7 +412,7 @@ def latency_verdict(median_us: float, nvlink: bool) -> str:
 def latency(nprocs: int, backend: str, links=None) -> Row:
     t0 = time.monotonic()
     if backend != "nccl":
-        return _row("latency", t0, SKIP, f"ranks on {backend} (the CPU): CUDA graphs need "
+        return row("latency", t0, SKIP, f"ranks on {backend} (the CPU): CUDA graphs need "
                     "NCCL on GPUs", todo="run on a machine with 2 or more GPUs")
     from ..bench import sweep
 
@@ -430,7 +425,7 @@ def latency(nprocs: int, backend: str, links=None) -> Row:
     said = f"all_reduce 8 B-1 KiB in CUDA graphs: median {med:.1f} us per call"
     if not nvlink:
         said += "; no recorded floor for these links to hold it to"
-    return _row("latency", t0, verdict, said,
+    return row("latency", t0, verdict, said,
                 f"<= {2 * LATENCY_FLOOR_US:.0f} us on NVLink (healthy 2x H200: median "
                 f"{LATENCY_FLOOR_US} us)", "data/h200x2-graph-replays",
                 "" if verdict in (PASS, SKIP) else "look for CPU contention and GPU clocks "
@@ -448,7 +443,7 @@ def parity(nprocs: int, backend: str) -> Row:
     said = (f"DDP on {nprocs} ranks vs one process, 8 steps in float64: max |diff| "
             f"{rep.max_abs_diff:.2g}" if rep.max_abs_diff is not None else
             f"DDP did not complete: {(rep.error or '').splitlines()[0][:200]}")
-    return _row("parity", t0, verdict, said, f"max |diff| <= {rep.tolerance:g} (float64 "
+    return row("parity", t0, verdict, said, f"max |diff| <= {rep.tolerance:g} (float64 "
                 "sums in another order)", "dtlab parity (section 05)",
                 "" if verdict == PASS else "run `dtlab parity` and read where the two runs "
                 "part (section 05)")
@@ -464,9 +459,9 @@ def could_not_run(name: str, t0: float, e: BaseException) -> Row:
 
     named = name_failure(error_text(e))
     if named:
-        return _row(name, t0, FAIL, f"could not run: {named[0]}", todo=named[1])
+        return row(name, t0, FAIL, f"could not run: {named[0]}", todo=named[1])
     first = str(e).strip().splitlines()[0][:300] if str(e).strip() else ""
-    return _row(name, t0, FAIL, f"could not run: {type(e).__name__}: {first}",
+    return row(name, t0, FAIL, f"could not run: {type(e).__name__}: {first}",
                 todo="run that part alone (dtlab validate, dtlab bench, dtlab hang) to see its "
                      "whole error")
 

@@ -31,8 +31,7 @@ import time
 
 from ..topology.matrix import link_kind, link_order
 from ..topology.predict import gdr_path, nearest_nic, path_between, predict_pairs, ring_bottleneck
-from .checks import _row
-from .report import PASS, SKIP, WARN, Row
+from .report import PASS, SKIP, WARN, Row, row
 
 SOURCE = "nvidia-smi topo -m (NVIDIA's legend: PIX < PXB < PHB < NODE < SYS)"
 
@@ -267,7 +266,7 @@ def affinity(nprocs: int, backend: str, machine) -> Row:
     if isinstance(machine, BaseException):
         raise machine
     if machine is None:
-        return _row("affinity", t0, SKIP, f"ranks on {backend} (the CPU): no GPU, so no GPU-NUMA-"
+        return row("affinity", t0, SKIP, f"ranks on {backend} (the CPU): no GPU, so no GPU-NUMA-"
                     "NIC affinity to hold the ranks to" if backend != "nccl" else
                     "nvidia-smi topo -m gave nothing here", todo="run on a machine with GPUs")
     topo, gpus, how = machine
@@ -280,7 +279,7 @@ def affinity(nprocs: int, backend: str, machine) -> Row:
     except Exception:  # noqa: BLE001 -- the ranks inherit this process's set: use it, say so
         cpus, whose = [set(os.sched_getaffinity(0))] * nprocs, "this process's (the ranks inherit it)"
     verdict, said, warns = affinity_verdict(topo, gpus, cpus, dict(os.environ), node_cpus())
-    return _row("affinity", t0, verdict, "; ".join(warns + said) + f" (CPU sets: {whose}; GPUs "
+    return row("affinity", t0, verdict, "; ".join(warns + said) + f" (CPU sets: {whose}; GPUs "
                 f"matched to the matrix {how})",
                 "each rank on CPUs of its GPU's NUMA node; each GPU's NIC not across the SMP "
                 "interconnect when a closer one exists", SOURCE,
@@ -297,7 +296,7 @@ def ring(nprocs: int, backend: str, busbw: float | None, pass_fraction: float, m
     if isinstance(machine, BaseException):
         raise machine
     if machine is None:
-        return _row("ring", t0, SKIP, f"ranks on {backend} (the CPU): no GPU ring to predict"
+        return row("ring", t0, SKIP, f"ranks on {backend} (the CPU): no GPU ring to predict"
                     if backend != "nccl" else "nvidia-smi topo -m gave nothing here",
                     todo="run on a machine with 2 or more GPUs")
     import torch
@@ -318,7 +317,7 @@ def ring(nprocs: int, backend: str, busbw: float | None, pass_fraction: float, m
             f"({x['transport']}), ceiling {ceiling}" + (f"; busbw {busbw:.1f} GB/s = "
             f"{x['fraction']:.2f} of it" if "fraction" in x else "")
             + (f"; {x['note']}" if x["note"] else "") + f" (ring: {x['how']}; GPUs {how})")
-    return _row("ring", t0, verdict, said,
+    return row("ring", t0, verdict, said,
                 f"the bandwidth row's busbw >= {pass_fraction:.2f} of the slowest hop's ceiling",
                 SOURCE + "; NCCL's P2P rules (src/graph/paths.cc); NVLink/PCIe rates from "
                 "NVIDIA's datasheets and the PCI-SIG",
@@ -332,7 +331,7 @@ def multinode(nprocs: int, backend: str) -> Row:
     process on one host; under torchrun, ``python -m dtlab.check`` is that part."""
     t0 = time.monotonic()
     per = nprocs if backend == "nccl" else 1
-    return _row("multinode", t0, SKIP, "one host: the cross-node part (every rank present, no "
+    return row("multinode", t0, SKIP, "one host: the cross-node part (every rank present, no "
                 "duplicate GPU, within- vs across-node all_reduce against the NIC's line rate) "
                 "runs under torchrun on every node, with `python -m dtlab.check` as its entry",
                 todo=f"`dtlab multinode script --nodes N --gpus-per-node {per} --entry "

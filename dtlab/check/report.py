@@ -11,6 +11,7 @@ with the pictures the checks made (``--html``), and decides the exit status.
 from __future__ import annotations
 
 import html
+import time
 from dataclasses import asdict, dataclass
 
 PASS, WARN, FAIL, SKIP = "PASS", "WARN", "FAIL", "SKIP"
@@ -28,6 +29,12 @@ class Row:
     source: str
     todo: str
     seconds: float = 0.0
+
+
+def row(check: str, t0: float, verdict: str, measured: str, expected: str = "",
+        source: str = "", todo: str = "") -> Row:
+    """A :class:`Row` for a check that started at ``t0`` (``time.monotonic()``)."""
+    return Row(check, verdict, measured, expected, source, todo, round(time.monotonic() - t0, 2))
 
 
 COLOURS = {PASS: "#2e7d32", WARN: "#ef6c00", FAIL: "#c62828", SKIP: "#757575"}

@@ -76,17 +76,17 @@ def _rank() -> int:
 def _grad(dtype=None):
     import torch
 
-    import dtlab
+    from ..runtime.context import device
 
-    return torch.ones(NUMEL, device=dtlab.device(), dtype=dtype or torch.float32)
+    return torch.ones(NUMEL, device=device(), dtype=dtype or torch.float32)
 
 
 def _compute():
     import torch
 
-    import dtlab
+    from ..runtime.context import device
 
-    x = torch.randn(256, 256, device=dtlab.device())
+    x = torch.randn(256, 256, device=device())
     return (x @ x).sum()
 
 
@@ -155,10 +155,10 @@ def _p2p_ring_send_first(world: int) -> None:
     import torch
     import torch.distributed as dist
 
-    import dtlab
+    from ..runtime.context import device
 
     rank = dist.get_rank()
-    outgoing = torch.ones(16 << 20, device=dtlab.device())  # 64 MB: far beyond any socket buffer
+    outgoing = torch.ones(16 << 20, device=device())  # 64 MB: far beyond any socket buffer
     incoming = torch.empty_like(outgoing)
     dist.send(outgoing, dst=(rank + 1) % world)  # <- the bug: everyone sends first
     dist.recv(incoming, src=(rank - 1) % world)

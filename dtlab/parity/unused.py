@@ -47,7 +47,7 @@ import time
 import torch
 import torch.nn as nn
 
-from .scaling import CLASSES, MODELS, _check, build, quiet_profiler
+from .mlp import CLASSES, MODELS, _check, build, quiet_profiler
 
 # name: (a head that forward never uses, find_unused_parameters)
 VARIANTS = {"plain": (False, False), "find_unused": (False, True), "dead_head": (True, True)}
@@ -56,7 +56,7 @@ WARNING = "find_unused_parameters=True was specified"
 
 
 class DeadHeadMLP(nn.Module):
-    """The scaling MLP ``model`` (:func:`.scaling.build`); ``dead_head=True`` adds a Linear head
+    """The scaling MLP ``model`` (:func:`.mlp.build`); ``dead_head=True`` adds a Linear head
     forward never calls (section 3's ``unused_param`` bug, on a larger model)."""
 
     def __init__(self, model: str = "mlp", dead_head: bool = False):

@@ -133,7 +133,7 @@ def test_the_full_level_on_this_machine(monkeypatch):
     """The levels' rows in order; on the CPU the three full rows SKIP, each saying why (the
     quick and standard rows are tested in test_check.py: stubbed here to keep this short)."""
     for fn, row in (("collectives", "collectives"), ("failure_path", "failure"), ("parity", "parity")):
-        monkeypatch.setattr(C, fn, lambda nprocs, backend, n=row: C._row(n, 0.0, PASS, "stub"))
+        monkeypatch.setattr(C, fn, lambda nprocs, backend, n=row: C.row(n, 0.0, PASS, "stub"))
     rep = C.run("full")
     rows = {r.check: r for r in rep.rows}
     assert list(rows) == ["software", "gpus", "collectives", "bandwidth", "failure", "p2p",
