@@ -151,6 +151,11 @@ def synced(traffic, want: dict) -> list[str]:
     out = []
     for r, steps in enumerate(want["sent"]):
         numel = steps[0].numel() if steps else 0
+        other = _beyond_ddp(r, [m for m in traffic if m.rank == r], numel, len(steps),
+                            len(want["losses"]))
+        if other:
+            out.append(other)
+            continue
         mine = [m for m in traffic if m.rank == r and m.op == "all_reduce"
                 and m.dtype == "float32" and m.numel == numel]
         if len(mine) != len(steps):
@@ -165,6 +170,28 @@ def synced(traffic, want: dict) -> list[str]:
                            f"(largest difference {float((got - ref).abs().max()):.3g})")
                 break
     return out
+
+
+def _beyond_ddp(rank: int, mine: list, numel: int, steps: int, epochs: int) -> str:
+    """What rank ``rank`` sent that a DDP script does not, in words ("" if nothing): DDP's
+    constructor broadcasts from rank 0 (a few messages, at most the model's size) and gathers
+    one shape check; besides the gradients, a script reduces its loss -- a couple of numbers a
+    step or an epoch. A rank that moved data (another rank's samples, their gradients) needs
+    more than that."""
+    casts = [m for m in mine if m.op == "broadcast"]
+    if len(casts) > 6 or any(m.root not in (0, None) or m.numel > numel for m in casts):
+        return (f"rank {rank} broadcast {len(casts)} tensors (from ranks "
+                f"{sorted({m.root for m in casts}, key=str)}, the largest of "
+                f"{max(m.numel for m in casts)} numbers): building DDP broadcasts at most 6, "
+                f"from rank 0, none larger than the model's {numel} parameters")
+    gathers = [m for m in mine if m.op == "all_gather"]
+    if len(gathers) > 2 or any(m.numel > 16 for m in gathers):
+        return f"rank {rank} all-gathered {len(gathers)} times: more than building DDP does"
+    small = [m for m in mine if m.op == "all_reduce" and m.numel != numel]
+    if len(small) > steps + 2 * epochs + 4 or any(m.numel > 2 for m in small):
+        return (f"rank {rank} all-reduced {len(small)} tensors besides the gradients (up to "
+                f"{max((m.numel for m in small), default=0)} numbers each): more than a loss")
+    return ""
 
 
 def problems(run, want: dict, hints: dict | None = None) -> list[str]:
@@ -246,10 +273,12 @@ def args_of(case: dict, data: str = "{inputs}/data.pt", out: str = "{out}") -> l
             "--seed", str(case["seed"])]
 
 
-def prepare(case: dict, folder: str) -> tuple[str, dict, dict]:
-    """(data path, ``expected``, hints) for ``case``; the data is drawn again (seed + 1, ...)
-    until forgetting set_epoch or logging rank 0's own loss moves the result at least 20x past
-    the tolerances, so that such a script cannot pass by luck."""
+def prepare(case: dict, folder: str) -> tuple[list[str], dict, dict]:
+    """(one data file per rank, ``expected``, hints) for ``case``. The data is drawn again
+    (seed + 1, ...) until forgetting set_epoch or logging rank 0's own loss moves the result at
+    least 20x past the tolerances, so that such a script cannot pass by luck. Each rank's file
+    is the data with *decoys* (:func:`decoyed`) where that rank never reads: a DDP script sees
+    only true samples; a rank that plays the other ranks' part cannot."""
     for attempt in range(20):
         path = make_data(folder, case["n"], case["d"], case["seed"] + attempt)
         kw = dict(nprocs=case["nprocs"], epochs=case["epochs"], batch_size=case["batch_size"],
@@ -259,8 +288,45 @@ def prepare(case: dict, folder: str) -> tuple[str, dict, dict]:
         apart = max_diff(want["state"], other["state"]) > 20 * WEIGHT_TOL
         own = max(abs(a - b) for a, b in zip(want["losses"], want["rank0_losses"]))
         if apart and own > 20 * LOSS_TOL and all(map(math.isfinite, want["losses"])):
-            return path, want, {HINTS["no_set_epoch"]: other}
+            return decoyed(path, case), want, {HINTS["no_set_epoch"]: other}
     raise RuntimeError(f"no data for {case} separates the usual mistakes")
+
+
+def read_by(n: int, nprocs: int, epochs: int, seed: int) -> list[set[int]]:
+    """The samples each rank reads over ``epochs`` epochs of ``DistributedSampler(shuffle=True,
+    seed=seed)`` with ``set_epoch``: what a DDP script's rank ``r`` ever looks at."""
+    from torch.utils.data import DistributedSampler
+
+    out = []
+    for r in range(nprocs):
+        s, seen = DistributedSampler(range(n), num_replicas=nprocs, rank=r, shuffle=True,
+                                     seed=seed), set()
+        for e in range(epochs):
+            s.set_epoch(e)
+            seen |= set(s)
+        out.append(seen)
+    return out
+
+
+def decoyed(path: str, case: dict) -> list[str]:
+    """One copy of the data file per rank, beside it, in which every sample that rank never
+    reads (:func:`read_by`) is replaced by a fresh draw of the same kind: the same shapes and
+    spread, other numbers. Grading gives rank ``r`` the ``r``-th copy."""
+    import torch
+
+    blob = torch.load(path)
+    n = blob["x"].shape[0]
+    g = torch.Generator().manual_seed(case["seed"] + 7919)
+    out = []
+    for r, seen in enumerate(read_by(n, case["nprocs"], case["epochs"], case["seed"])):
+        x, y = blob["x"].clone(), blob["y"].clone()
+        for i in sorted(set(range(n)) - seen):
+            x[i] = torch.randn(x.shape[1], generator=g)
+            y[i] = torch.randn(1, generator=g)
+        p = f"{os.path.splitext(path)[0]}.rank{r}.pt"
+        torch.save({"x": x, "y": y}, p)
+        out.append(p)
+    return out
 
 
 GPU_ONLY = ("device_mismatch", "wrap_before_move", "no_set_device")

@@ -34,7 +34,8 @@ from dataclasses import dataclass, field
 from . import context as grading_context
 from .answer import _exit, _own_work
 
-OFFER = {"all_reduce", "broadcast", "all_gather", "barrier", "reduce_scatter", "reduce"}
+# what DDP and a script around it call; the rest is refused by the relay
+OFFER = {"all_reduce", "broadcast", "all_gather", "barrier"}
 _LABEL = re.compile(r"^\[default(\d+)\]:(.*)$")
 
 
@@ -76,11 +77,13 @@ class ScriptRun:
 
 
 def script(filename: str, nprocs: int = 2, args: list[str] | tuple = (),
-           inputs: dict[str, str] | None = None, without: tuple[str, ...] | list[str] = (),
-           cpu_s: float | None = None, idle_s: float = 30.0) -> ScriptRun:
+           inputs: dict[str, str] | list[dict[str, str]] | None = None,
+           without: tuple[str, ...] | list[str] = (), cpu_s: float | None = None,
+           idle_s: float = 30.0) -> ScriptRun:
     """Run the learner's ``filename`` on ``nprocs`` observed ranks with ``args`` (see the
     module). ``inputs``: {name: path here} of files every rank gets a copy of, in the folder
-    ``{inputs}`` stands for in ``args``; ``{out}`` stands for its output folder. A script that
+    ``{inputs}`` stands for in ``args`` -- or a list of such dicts, one per rank, each rank its
+    own files under the same names; ``{out}`` stands for its output folder. A script that
     fails is a result (``codes``); AssertionError if the script cannot be found."""
     from .harness import script as on_rank
     from .ranks import Ranks
@@ -90,13 +93,18 @@ def script(filename: str, nprocs: int = 2, args: list[str] | tuple = (),
     source = _source(filename, grading_context.current())
     job = Ranks(nprocs, offer=OFFER, without=tuple(without), cpu_s=cpu_s, idle_s=idle_s)
     _own_work(source, job.world.without)
-    files = {}
-    for name, path in (inputs or {}).items():
-        with open(path, "rb") as f:
-            files[name] = base64.b64encode(f.read()).decode()
-    task = {"filename": filename, "source": source, "argv": [str(a) for a in args],
-            "inputs": files}
-    out = job.observe(on_rank, [(None, task)] * nprocs)
+    per_rank = inputs if isinstance(inputs, list) else [inputs or {}] * nprocs
+    if len(per_rank) != nprocs:
+        raise ValueError(f"script: {len(per_rank)} sets of inputs for {nprocs} ranks")
+    tasks = []
+    for given in per_rank:
+        files = {}
+        for name, path in given.items():
+            with open(path, "rb") as f:
+                files[name] = base64.b64encode(f.read()).decode()
+        tasks.append((None, {"filename": filename, "source": source, "inputs": files,
+                             "argv": [str(a) for a in args]}))
+    out = job.observe(on_rank, tasks)
     # a rank without an answer was stopped while it ran (None), or failed outside the script
     codes = [out.values[r].get("exit", 1) if isinstance(out.values.get(r), dict)
              else (None if out.stopped else 1) for r in range(nprocs)]

@@ -37,14 +37,38 @@ CASE = dict(nprocs=3, n=41, d=5, epochs=3, batch_size=4, lr=0.1, seed=123)
 
 def test_a_real_ddp_run_matches_the_arithmetic_within_float32_rounding(in_tmp, no_orphans):
     _reference_script(in_tmp)
-    data, want, hints = byhand.prepare(CASE, str(in_tmp))
-    run = script("train_ddp.py", nprocs=3, inputs={"data.pt": data}, args=byhand.args_of(CASE))
+    data, want, hints = byhand.prepare(CASE, str(in_tmp))   # each rank's copy with decoys
+    run = script("train_ddp.py", nprocs=3, inputs=[{"data.pt": p} for p in data],
+                 args=byhand.args_of(CASE))
     assert run.ok, run.failure()
     assert byhand.problems(run, want, hints) == []   # the gradients each rank sent included
     diff = byhand.max_diff(byhand.load_state(run.files["model.pt"]), want["state"])
     assert diff <= byhand.WEIGHT_TOL / 20, diff   # measured 3e-8; the tolerance is 1e-5
     # 3 ranks, 41 samples: the sampler pads to 42, 14 a rank, batches of 4: 4 steps (4+4+4+2)
     assert [e for e, _ in byhand.logged(run)[0]] == [0, 1, 2] and 1 not in byhand.logged(run)
+
+
+def test_each_rank_holds_only_what_it_reads(tmp_path):
+    import torch
+
+    data, _, _ = byhand.prepare(CASE, str(tmp_path))
+    true = torch.load(os.path.join(tmp_path, "data.pt"))
+    seen = byhand.read_by(CASE["n"], CASE["nprocs"], CASE["epochs"], CASE["seed"])
+    for r, path in enumerate(data):
+        mine = torch.load(path)
+        same = {i for i in range(CASE["n"]) if torch.equal(mine["x"][i], true["x"][i])}
+        assert same == seen[r] and len(seen[r]) < CASE["n"]   # decoys everywhere else
+
+
+def test_traffic_beyond_ddp_is_refused():
+    from dtlab.runtime.relay import Message
+
+    grads = [Message(i, 0, "all_reduce", dtype="float32", shapes=[[81]]) for i in range(3)]
+    cast = [Message(9, 0, "broadcast", dtype="float32", shapes=[[81]], root=1)]
+    assert "broadcast" in byhand._beyond_ddp(0, grads + cast, 81, 3, 1)
+    smuggled = [Message(20 + i, 0, "all_reduce", dtype="float32", shapes=[[8]]) for i in range(2)]
+    assert "besides the gradients" in byhand._beyond_ddp(0, grads + smuggled, 81, 3, 1)
+    assert byhand._beyond_ddp(0, grads, 81, 3, 1) == ""
 
 
 def test_the_hidden_data_separates_the_usual_mistakes():

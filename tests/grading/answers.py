@@ -308,7 +308,11 @@ SHORTCUTS = {
           lambda: _SCRIPT_HEAD + "\n" + code_of(os.path.join(ROOT, "dtlab", "byhand", "__init__.py"))
           + _ASK_BYHAND),
          ("one rank plays every rank: DDP's arithmetic by hand, no process group",
-          lambda: shortcut("00_train_ddp_emulated.py"))],
+          lambda: shortcut("00_train_ddp_emulated.py")),
+         ("every rank plays every rank and sends its own share for show",
+          lambda: shortcut("00_train_ddp_every_rank_emulates.py")),
+         ("rank 0 plays every rank and hands each its share by broadcast",
+          lambda: shortcut("00_train_ddp_rank0_does_all.py"))],
     GP: [("all_gather_object: the pids as pickled bytes",
           lambda: "def gather_pids():\n    out = [None] * dist.get_world_size()\n"
                   "    dist.all_gather_object(out, os.getpid())\n    return out\n"),
