@@ -155,3 +155,17 @@ def test_marks_of_the_ranks_own_are_named_not_trusted():
     extra = job([0, 1], [0, 1])
     extra.append(Message(99, 0, "mark", info={"call": 2, "mine": True}))
     assert traffic.forged(extra)
+
+
+def lying_header():
+    """Rank side: an all_reduce whose header claims 1000 floats and carries one."""
+    pg = dist.group.WORLD
+    pg = pg if hasattr(pg, "conn") else pg._get_backend(torch.device("cpu"))
+    pg.conn.ask({"t": "op", "op": "all_reduce", "dtype": "float32", "shapes": [[1000]],
+                 "reduce": "sum"}, b"\0\0\x80?", lambda h, p: None).wait()
+
+
+def test_a_payload_that_does_not_fit_its_shapes_is_the_rank_s_error(no_orphans):
+    out = observed.run(lying_header, [(), ()])
+    assert "sent the relay a malformed request (RuntimeError" in " ".join(out.errors.values()), \
+        out.errors
