@@ -69,8 +69,8 @@ class ScriptRun:
         if not bad:
             return ""
         failed = [r for r in bad if self.codes[r] is not None] or bad
-        said = ", ".join(f"rank {r}: {'still running' if self.codes[r] is None else 'exit ' + _exit(self.codes[r])}"
-                         for r in bad)
+        said = ", ".join(f"rank {r}: " + ("still running" if self.codes[r] is None
+                                          else "exit " + _exit(self.codes[r])) for r in bad)
         tail = "\n".join(self.lines(failed[0])[-25:])
         return (f"{said}" + (f"; the job was stopped: {self.stopped}" if self.stopped else "")
                 + f"; rank {failed[0]}'s last lines:\n{tail}")
