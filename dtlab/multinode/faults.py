@@ -14,6 +14,8 @@ closes node 0. What each should look like to the learner is in
 
 from __future__ import annotations
 
+import shutil
+
 RDZV_PORT = 29400  # torchrun's customary c10d port; free in a fresh namespace
 SLOW_RATE = "100mbit"
 JUMBO, SMALL = 9000, 1500  # a jumbo-frame cluster, one switch port left at Ethernet's default
@@ -90,9 +92,10 @@ def paths_under(fault: str, nodes: int = 2, wait: float = 0.5) -> list[dict]:
     """
     from . import netns
 
-    why = netns.available()
+    why = netns.available() or (None if shutil.which("ping") else
+                                 "no ping command (apt-get install iputils-ping)")
     if why:
-        raise ValueError(f"paths_under needs network namespaces: {why}")
+        raise ValueError(f"paths_under needs network namespaces and ping: {why}")
     if fault not in NEEDS_NETNS or nodes < 2:
         raise ValueError(f"paths_under({fault!r}, {nodes}): give a network fault "
                          f"({', '.join(sorted(NEEDS_NETNS))}) and 2 or more nodes")

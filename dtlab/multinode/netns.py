@@ -231,6 +231,8 @@ def ping(net: Network, src: int, dst: int, payload: int, wait: float = 1.0) -> b
     """One ``ping -M do -s PAYLOAD -c 1 -W WAIT`` from node ``src`` to node ``dst``: True if the
     echo came back. ``-M do`` sets Don't Fragment, so a packet larger than some link on the way
     is dropped (or refused locally), never split: ``ping(net, 0, 1, 1472)`` -> True on Ethernet."""
+    if not shutil.which("ping"):
+        raise RuntimeError("ping is not installed here: apt-get install iputils-ping")
     r = subprocess.run([*net.exec_prefix(src), "ping", "-M", "do", "-s", str(payload), "-c", "1",
                         "-W", f"{wait:g}", "-q", net.addresses[dst]],
                        capture_output=True, text=True, timeout=wait + 10)

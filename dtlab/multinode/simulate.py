@@ -189,8 +189,9 @@ def simulate(nodes: int = 2, procs_per_node: int = 2, mode: str = "auto",
                 codes = _wait(ag, join_timeout + pg_timeout + 30, grace)
                 consoles = {name: ag.output(name) for name in ag.procs}
                 qdiscs = _qdiscs(net) if net else {}
+                # without ping there is no probe: the diagnosis reads the consoles alone
                 paths = [netns.path_mtu(net, 0, i, wait=PROBE_WAIT) for i in range(1, nodes)
-                         ] if net else None
+                         ] if net and shutil.which("ping") else None
                 measured = _iperf(net, iperf_seconds) if net and iperf_seconds else None
         finally:
             report = _read(out)

@@ -3,13 +3,16 @@ real iperf3 run between two namespaces -- and nothing left behind."""
 
 import os
 
+import shutil
+
 import pytest
 from conftest import assert_no_descendants
 
 from dtlab.multinode import iperf, netns
 
 ROOT = netns.available() is None
-needs_root = pytest.mark.skipif(not ROOT, reason=f"netns: {netns.available()}")
+needs_root = pytest.mark.skipif(not ROOT or not shutil.which("ping"),
+                                reason=f"netns: {netns.available() or 'no ping (iputils-ping)'}")
 needs_iperf3 = pytest.mark.skipif(iperf.available() is not None,
                                   reason=str(iperf.available()))
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")

@@ -3,6 +3,7 @@
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -17,7 +18,9 @@ from dtlab.multinode import netns
 from dtlab.multinode.simulate import render, simulate
 
 ROOT = netns.available() is None
-needs_root = pytest.mark.skipif(not ROOT, reason=f"netns: {netns.available()}")
+# the rehearsal probes each path's MTU with ping (iputils-ping; .ci/run installs it)
+needs_root = pytest.mark.skipif(not ROOT or not shutil.which("ping"),
+                                reason=f"netns: {netns.available() or 'no ping (iputils-ping)'}")
 FAST = dict(join_timeout=5, pg_timeout=5, iters=10, nbytes=1 << 18)
 
 
