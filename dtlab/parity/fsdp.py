@@ -201,7 +201,7 @@ def _counting_reduce_scatter(counter: dict):
 
 
 def rank_side(steps: int, settings: list[str]) -> dict:
-    """Rank side of :func:`fsdp_vs_ddp`: DDP once, then FSDP2 in each setting."""
+    """Rank side of :func:`fsdp_vs_ddp`: FSDP2 in each setting, then DDP once."""
     import gc
     import time
 
@@ -212,20 +212,21 @@ def rank_side(steps: int, settings: list[str]) -> dict:
     from ..runtime.context import device
 
     rank, world, dev = dist.get_rank(), dist.get_world_size(), device()
-    torch.manual_seed(0)
-    base = _allocated(dev)
-    ddp = DDP(TinyTransformer().to(dev))
-    out = {"ddp": _train(ddp, steps, rank, world, dev, base), "backend": dist.get_backend(),
-           "n_params": sum(p.numel() for p in ddp.parameters())}
+    out: dict = {"backend": dist.get_backend()}
+    # what a process allocates once, at its first matmul and collective (cuBLAS's workspace:
+    # 68 MB on 2x H200), allocated before any baseline, so that no setting's figure holds it
+    x, y = _batch(0, rank, world, dev)
+    F.cross_entropy(TinyTransformer().to(dev)(x).float(), y.flatten()).backward()
+    dist.barrier()
     model = None
+    # FSDP2's settings first, DDP last: each baseline is taken once the previous run's model is
+    # freed, and DDP's is not freed at once (on 2x H200 its buffers went during the next run,
+    # which then read 74752 bytes -- or less than nothing -- "allocated" for 185856 held)
     for name in settings:
         kw = dict(SETTINGS[name][0])
         if kw.pop("mp", False):
             kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16,
                                                    reduce_dtype=torch.float32)
-        # the previous setting's model freed before the baseline: measured while it was still
-        # alive, its release later made the next setting's figure too small (2x H200: 64 KiB
-        # "allocated" for 109 KiB of parameters and optimizer state)
         model = None
         gc.collect()
         torch.manual_seed(0)
@@ -237,6 +238,13 @@ def rank_side(steps: int, settings: list[str]) -> dict:
         t0 = time.perf_counter()
         out[name] = (*_train(model, steps, rank, world, dev, base), counter["calls"],
                      time.perf_counter() - t0)
+    model = None
+    gc.collect()
+    torch.manual_seed(0)
+    base = _allocated(dev)
+    ddp = DDP(TinyTransformer().to(dev))
+    out["ddp"] = _train(ddp, steps, rank, world, dev, base)
+    out["n_params"] = sum(p.numel() for p in ddp.parameters())
     return out
 
 
