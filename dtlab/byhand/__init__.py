@@ -17,8 +17,8 @@ averages them (sum of ``g_r / N``), and SGD takes one step on every rank with th
 epoch's loss is the mean of all ranks' batch losses. A real DDP run adds the gradients in
 another order, so the two agree within float32 rounding (:data:`WEIGHT_TOL`), not bitwise.
 
-The classic failures (``classic.py``, :func:`run_mistake`) and DataParallel vs DDP (:mod:`.dp`) are the section's
-other parts.
+The classic failures (``classic.py``, :func:`run_mistake`) and DataParallel vs DDP (:mod:`.dp`)
+are the section's other parts.
 """
 
 from __future__ import annotations
@@ -151,13 +151,13 @@ def synced(traffic, want: dict) -> list[str]:
     out = []
     for r, steps in enumerate(want["sent"]):
         numel = steps[0].numel() if steps else 0
-        other = _beyond_ddp(r, [m for m in traffic if m.rank == r], numel, len(steps),
-                            len(want["losses"]))
+        sent = [m for m in traffic if m.rank == r]
+        other = _beyond_ddp(r, sent, numel, len(steps), len(want["losses"]))
         if other:
             out.append(other)
             continue
-        mine = [m for m in traffic if m.rank == r and m.op == "all_reduce"
-                and m.dtype == "float32" and m.numel == numel]
+        mine = [m for m in sent if m.op == "all_reduce" and m.dtype == "float32"
+                and m.numel == numel]
         if len(mine) != len(steps):
             out.append(f"rank {r} all-reduced all {numel} gradients at once {len(mine)} times; "
                        f"DDP does it once a step, {len(steps)} steps here")
@@ -213,11 +213,9 @@ def problems(run, want: dict, hints: dict | None = None) -> list[str]:
         out.append(f"rank 0 printed the epochs {[e for e, _ in got]}; expected one line per epoch "
                    f"0..{epochs - 1}, as 'epoch <e> loss <L>'")
     else:
-        bad = [(e, v, w) for (e, v), w in zip(got, want["losses"])
-               if not abs(v - w) <= LOSS_TOL + 1e-5 * abs(w)]
+        bad = [(e, v, w) for (e, v), w in zip(got, want["losses"]) if not _same_loss(v, w)]
         if bad:
-            mine = all(abs(v - w) <= LOSS_TOL + 1e-5 * abs(w)
-                       for (_, v), w in zip(got, want["rank0_losses"]))
+            mine = all(_same_loss(v, w) for (_, v), w in zip(got, want["rank0_losses"]))
             e, v, w = bad[0]
             out.append(f"epoch {e}: loss {v:.6f} printed, {w:.6f} expected"
                        + (" -- that is rank 0's own batches: the loss of the epoch is every "
@@ -249,6 +247,11 @@ def problems(run, want: dict, hints: dict | None = None) -> list[str]:
     return out
 
 
+def _same_loss(printed: float, want: float) -> bool:
+    """A logged loss against the expected one: 6 printed decimals, float32 rounding (NaN: no)."""
+    return abs(printed - want) <= LOSS_TOL + 1e-5 * abs(want)
+
+
 HINTS = {"no_set_epoch": "a sampler without set_epoch(epoch)"}
 
 
@@ -266,9 +269,10 @@ def hidden_case(rng) -> dict:
             "seed": rng.randrange(1, 10**6)}
 
 
-def args_of(case: dict, data: str = "{inputs}/data.pt", out: str = "{out}") -> list[str]:
-    """The script's command-line arguments for ``case``."""
-    return ["--data", data, "--out", out, "--epochs", str(case["epochs"]),
+def args_of(case: dict) -> list[str]:
+    """The script's command-line arguments for ``case`` (``{inputs}``, ``{out}``: its folders,
+    as :func:`dtlab.course.script` fills them in)."""
+    return ["--data", "{inputs}/data.pt", "--out", "{out}", "--epochs", str(case["epochs"]),
             "--batch-size", str(case["batch_size"]), "--lr", str(case["lr"]),
             "--seed", str(case["seed"])]
 
@@ -345,13 +349,14 @@ def run_mistake(bug: str, nproc: int = 2, epochs: int = 2):
     import torch
 
     here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "classic.py")
-    if bug not in GPU_ONLY:
-        return torchrun(here, "--bug", bug, "--epochs", str(epochs), nproc=nproc)
-    if torch.cuda.device_count() >= nproc:  # a crash's console is long: its telling lines
-        run = torchrun(here, "--bug", bug, "--epochs", str(epochs), nproc=nproc, show=False)
-        for ln in [f"$ {run.command}", *telling(run.console),
-                   f"[torchrun: exit status {run.code}, {run.seconds:.1f} s]"]:
-            print(ln)
+    crash = bug in GPU_ONLY
+    if not crash or torch.cuda.device_count() >= nproc:
+        # a crash's console is long: its telling lines only
+        run = torchrun(here, "--bug", bug, "--epochs", str(epochs), nproc=nproc, show=not crash)
+        if crash:
+            for ln in [f"$ {run.command}", *telling(run.console),
+                       f"[torchrun: exit status {run.code}, {run.seconds:.1f} s]"]:
+                print(ln)
         return run
     from ..course.recorded import recorded
 
@@ -361,7 +366,8 @@ def run_mistake(bug: str, nproc: int = 2, epochs: int = 2):
     return rec
 
 
-_TELLING = re.compile(r"(\b(?!ChildFailed)\w*(Error|Exception): |Duplicate GPU|exitcode\s+:|^\$ torchrun)")
+_TELLING = re.compile(r"(\b(?!ChildFailed)\w*(Error|Exception): |Duplicate GPU|exitcode\s+:"
+                      r"|^\$ torchrun)")
 
 
 def telling(console: str, limit: int = 12) -> list[str]:

@@ -137,25 +137,29 @@ class Network:
     def drop_port(self, node: int, port: int) -> str:
         """Drop (not refuse) TCP to ``port`` arriving at node ``node`` from the other nodes;
         nftables if present, else iptables. Returns the rule as written."""
-        ns = self.nodes[node]
         if shutil.which("nft"):
-            rules = ("add table inet dtlab\n"
-                     "add chain inet dtlab input { type filter hook input priority 0; }\n"
-                     f"add rule inet dtlab input iifname {IFNAME} tcp dport {port} drop\n")
-            r = subprocess.run(["ip", "netns", "exec", ns, "nft", "-f", "-"], input=rules,
-                               capture_output=True, text=True, timeout=20)
-            shown = f"nft add rule inet dtlab input iifname {IFNAME} tcp dport {port} drop"
-        elif shutil.which("iptables"):
-            cmd = ["iptables", "-A", "INPUT", "-i", IFNAME, "-p", "tcp", "--dport", str(port),
-                   "-j", "DROP"]
-            r = subprocess.run(["ip", "netns", "exec", ns, *cmd], capture_output=True, text=True,
-                               timeout=20)
-            shown = " ".join(cmd)
-        else:
+            return self._nft(node, f"add rule inet dtlab input iifname {IFNAME} tcp dport {port} "
+                                   f"drop\n")
+        if not shutil.which("iptables"):
             raise RuntimeError("blocked_port needs nftables or iptables (apt-get install nftables)")
+        cmd = ["iptables", "-A", "INPUT", "-i", IFNAME, "-p", "tcp", "--dport", str(port),
+               "-j", "DROP"]
+        r = subprocess.run([*self.exec_prefix(node), *cmd], capture_output=True, text=True,
+                           timeout=20)
         if r.returncode:
-            raise RuntimeError(f"firewall rule in {ns}: {r.stderr.strip()}")
-        return shown
+            raise RuntimeError(f"firewall rule in {self.nodes[node]}: {r.stderr.strip()}")
+        return " ".join(cmd)
+
+    def _nft(self, node: int, body: str) -> str:
+        """``body``'s rules (``add rule inet dtlab input ...`` lines) in an input chain of a
+        table of their own on node ``node``; returns them as one would type them."""
+        rules = ("add table inet dtlab\n"
+                 "add chain inet dtlab input { type filter hook input priority 0; }\n" + body)
+        r = subprocess.run([*self.exec_prefix(node), "nft", "-f", "-"], input=rules,
+                           capture_output=True, text=True, timeout=20)
+        if r.returncode:
+            raise RuntimeError(f"firewall rule in {self.nodes[node]}: {r.stderr.strip()}")
+        return "; ".join("nft " + line for line in body.strip().splitlines())
 
     def set_mtu(self, node: int, mtu: int, side: str = "node") -> str:
         """The MTU of one end of node ``node``'s link: ``side="node"`` its ``eth0``, ``"hub"``
@@ -192,15 +196,10 @@ class Network:
         """
         if not shutil.which("nft"):
             raise RuntimeError("blocked_data_ports needs nftables (apt-get install nftables)")
-        body = (f"add rule inet dtlab input iifname {IFNAME} ct state established,related accept\n"
-                f"add rule inet dtlab input iifname {IFNAME} tcp dport != {port} drop\n")
-        rules = ("add table inet dtlab\n"
-                 "add chain inet dtlab input { type filter hook input priority 0; }\n" + body)
-        r = subprocess.run([*self.exec_prefix(node), "nft", "-f", "-"], input=rules,
-                           capture_output=True, text=True, timeout=20)
-        if r.returncode:
-            raise RuntimeError(f"firewall rule in {self.nodes[node]}: {r.stderr.strip()}")
-        return "; ".join("nft " + line for line in body.strip().splitlines())
+        return self._nft(node, f"add rule inet dtlab input iifname {IFNAME} ct state "
+                               f"established,related accept\n"
+                               f"add rule inet dtlab input iifname {IFNAME} tcp dport != {port} "
+                               f"drop\n")
 
     def link_mtu(self, node: int) -> int:
         """The MTU of node ``node``'s ``eth0``, as ``ip link show`` on that host says

@@ -41,8 +41,7 @@ class Torchrun:
 
 
 def torchrun(script: str, *args, nproc: int = 2, timeout: float | None = 300,
-             env: dict | None = None,
-             show: bool = True) -> Torchrun:
+             env: dict | None = None, show: bool = True) -> Torchrun:
     """Run ``script`` with ``args`` under ``torchrun --standalone --nproc-per-node nproc``
     (module docstring). ``env``: variables added to this process's environment."""
     if isinstance(nproc, bool) or not isinstance(nproc, int) or not 1 <= nproc <= 64:
@@ -60,24 +59,27 @@ def torchrun(script: str, *args, nproc: int = 2, timeout: float | None = 300,
     t0 = time.monotonic()
     if show:
         print(f"$ {shown}", flush=True)
+    seen = 0
+
+    def shown_up_to(text: str, end: int) -> None:
+        nonlocal seen
+        if show and end > seen:
+            sys.stdout.write(_quiet(text[seen:end]))
+            sys.stdout.flush()
+            seen = end
+
     try:
         with Agents(run_dir) as ag:
             ag.start("torchrun", argv, full_env)
-            seen = 0
             while True:
                 code = ag.poll()["torchrun"]
                 text = ag.output("torchrun")
-                end = text.rfind("\n") + 1  # whole lines only: the rest comes with its end
-                if show and end > seen:
-                    sys.stdout.write(_quiet(text[seen:end]))
-                    sys.stdout.flush()
-                    seen = end
+                shown_up_to(text, text.rfind("\n") + 1)  # whole lines; the rest with its end
                 if code is not None or (timeout is not None and time.monotonic() - t0 > timeout):
                     break
                 time.sleep(0.1)
             console = ag.output("torchrun")
-        if show and len(console) > seen:
-            sys.stdout.write(_quiet(console[seen:]))
+        shown_up_to(console, len(console))
         secs = time.monotonic() - t0
         if show:
             end = f"exit status {code}" if code is not None else f"stopped after {timeout:g} s"
