@@ -13,7 +13,6 @@ environment.
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import shutil
@@ -205,7 +204,7 @@ def _nccl_env() -> Check:
                  "NCCL_NVLS_ENABLE=0 is set: keep it (NVLink multicast off)" if nvls == "0" else "")
 
 
-def diagnose(launch: bool = True) -> list[Check]:
+def diagnose(launch: bool = True) -> Checkup:
     checks = [_python()]
     tc, torch = _torch()
     checks.append(tc)
@@ -221,26 +220,51 @@ def diagnose(launch: bool = True) -> list[Check]:
             ready.remove("nccl")
         checks += _launch(ready)
     checks += [_py_spy(), _shm(), _nccl_env()]
-    return checks
+    return Checkup(checks)
+
+
+class Checkup(list):
+    """The checks, in order: a list of :class:`Check` that is also a report
+    (:mod:`dtlab.reporting`)."""
+
+    @property
+    def ok(self) -> bool:
+        return not any(c.status == FAIL for c in self)
+
+    def to_dict(self) -> dict:
+        return {"checks": [asdict(c) for c in self], "ok": self.ok}
+
+    def render(self) -> str:
+        w = max(len(c.name) for c in self)
+        lines = ["dtlab doctor"]
+        for c in self:
+            lines.append(f"  [{c.status:>4}] {c.name:<{w}}  {c.detail}")
+            if c.next_step and c.status in (WARN, FAIL):
+                lines.append(f"  {'':>6} {'':<{w}}  -> {c.next_step}")
+        bad = [c for c in self if c.status == FAIL]
+        lines.append("  all good" if not bad else f"  {len(bad)} problem(s): see -> lines above")
+        return "\n".join(lines)
 
 
 def render(checks: list[Check]) -> str:
-    w = max(len(c.name) for c in checks)
-    lines = ["dtlab doctor"]
-    for c in checks:
-        lines.append(f"  [{c.status:>4}] {c.name:<{w}}  {c.detail}")
-        if c.next_step and c.status in (WARN, FAIL):
-            lines.append(f"  {'':>6} {'':<{w}}  -> {c.next_step}")
-    bad = [c for c in checks if c.status == FAIL]
-    lines.append("  all good" if not bad else f"  {len(bad)} problem(s): see -> lines above")
-    return "\n".join(lines)
+    return Checkup(checks).render()
 
 
-def main(as_json: bool = False, launch: bool = True) -> int:
-    checks = diagnose(launch=launch)
-    if as_json:
-        print(json.dumps({"checks": [asdict(c) for c in checks],
-                          "ok": not any(c.status == FAIL for c in checks)}, indent=2))
-    else:
-        print(render(checks))
-    return 1 if any(c.status == FAIL for c in checks) else 0
+# --- `dtlab doctor` (dtlab/cli.py) -------------------------------------------------------------
+
+def parents() -> list:
+    from .flags import json_flag
+
+    return [json_flag()]
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--no-launch", action="store_true", help="skip the live 2-rank all_reduce")
+
+
+def run(args) -> int:
+    from .reporting import emit
+
+    checks = diagnose(launch=not args.no_launch)
+    emit(checks, args.json)
+    return 0 if checks.ok else 1

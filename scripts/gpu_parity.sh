@@ -35,7 +35,7 @@ for n in $sizes; do
   step 90 "$out/fsdp-n$n.json" python3 -m dtlab parity --fsdp --nprocs "$n" --backend nccl --json
   step 180 "$out/ddp-n$n.json" python3 -c "import json; from dtlab.parity import BUGS, compare_many
 runs = [('none', False)] + [(b, f) for b in BUGS[1:] for f in (False, True)]
-print(json.dumps([r.to_json() for r in compare_many(runs, nprocs=$n, backend='nccl', timeout=150)], indent=1))"
+print(json.dumps([r.to_dict() for r in compare_many(runs, nprocs=$n, backend='nccl', timeout=150)], indent=1))"
   step 60 "$out/batchnorm-fix-n$n.json" python3 -m dtlab parity --bug batchnorm --fix --nprocs "$n" --backend nccl --json
 done
 step 300 "$out/scaling.json" python3 -c "import json; from dtlab.parity.scaling import report

@@ -15,12 +15,16 @@ CASES = {  # id: (argv, words the one line must hold)
     "bench-op": (["bench", "--op", "nope"], "--op 'nope' is not one of: all_reduce"),
     "bench-size": (["bench", "-b", "1X"], "-b '1X' is not a size"),
     "bench-order": (["bench", "-b", "1G", "-e", "8"], "swap them"),
-    "bench-nprocs": (["bench", "--nprocs", "0"], "--nprocs 0: a bandwidth sweep needs at least 2"),
+    "bench-nprocs": (["bench", "--nprocs", "1"], "--nprocs 1: a bandwidth sweep needs at least 2"),
     "bench-dtype": (["bench", "-d", "float7"], "-d 'float7' is not one of: float32"),
     "bench-iters": (["bench", "-n", "0"], "-n 0 must be a whole number >= 1"),
     "bench-backend": (["bench", "--backend", "foo"], "--backend 'foo' is not one of"),
     "bench-timeout": (["bench", "--timeout", "nan"], "--timeout nan must be a positive"),
-    "hang-nprocs": (["hang", "size_mismatch", "--nprocs", "-1"], "--nprocs -1 must be a whole"),
+    "hang-nprocs": (["hang", "size_mismatch", "--nprocs", "-1"], "--nprocs -1 must be at least 1"),
+    "hang-two": (["hang", "size_mismatch", "--nprocs", "1"], "--nprocs 1: a distributed failure "
+                 "needs at least 2 ranks"),
+    "hang-kind": (["hang", "nope"], "invalid choice: 'nope'"),
+    "hang-delay": (["hang", "straggler", "--delay", "inf"], "--delay inf must be a number"),
     "hang-backend": (["hang", "size_mismatch", "--backend", "foo"], "--backend 'foo'"),
     "hang-out": (["hang", "size_mismatch", "--out", "{full}"], "new or empty folder"),
     "tune-algo": (["tune", "--algo", "Foo"], "NCCL_ALGO='Foo'"),
@@ -34,6 +38,10 @@ CASES = {  # id: (argv, words the one line must hold)
     "nccl-tests-missing": (["nccl-tests", "/nonexistent"], "no such file"),
     "diagnose-missing": (["diagnose", "/nonexistent"], "is not a folder"),
     "parity-precision-bug": (["parity", "--precision", "--bug", "sum_loss"], "takes no --bug"),
+    "parity-steps": (["parity", "--steps", "x"], "--steps 'x' is not a whole number"),
+    "validate-op": (["validate", "--op", "all_reduce,nope"], "--op 'nope' is not one of"),
+    "capstone-size": (["capstone", "train", "--size", "huge"], "--size 'huge' is not one of"),
+    "check-nprocs": (["check", "--nprocs", "1"], "--nprocs 1: a check of collectives"),
 }
 
 
@@ -56,7 +64,7 @@ def _check(case, rc, stdout, stderr):
     lines = stderr.splitlines()
     assert "Traceback" not in stderr, stderr
     assert rc == 2 and len(lines) == 1, (rc, stderr)
-    assert lines[0].startswith(f"dtlab {command}: ") and words in lines[0], lines[0]
+    assert lines[0].startswith(f"dtlab {command}") and words in lines[0], lines[0]
     assert stdout == ""  # nothing started, nothing to report
 
 
@@ -88,21 +96,63 @@ def test_bad_input_is_one_line_and_exit_status_2(case, paths, capsys):
 
 
 def test_the_same_from_a_terminal(answers):
-    assert len(answers) == 7  # bench, hang, tune, nccl-log, nccl-tests, diagnose, parity
+    assert len(answers) == len({argv[0] for argv, _ in CASES.values()})  # one per command
     for case, (rc, stdout, stderr) in answers.items():
         _check(case, rc, stdout, stderr)
 
 
-def test_argparse_errors_are_status_2_with_usage():
+def test_every_command_is_a_module_with_the_registry_shape():
+    """dtlab/cli.py lists each command's module; each has add_arguments and run (check and
+    parents where it has them), and only the command that runs is imported."""
+    import importlib
+
+    from dtlab.cli import COMMANDS, build_parser
+
+    for name, (module, _) in COMMANDS.items():
+        mod = importlib.import_module(module)
+        assert callable(mod.add_arguments) and callable(mod.run), name
+    parser = build_parser(only="topo")
+    assert parser.parse_args(["topo"]).module.__name__ == "dtlab.topology.cli"
+
+
+def _options(parser) -> dict:
+    """{command path: its option strings}, subcommands included (course, multinode, capstone)."""
+    import argparse
+
+    out = {}
+
+    def walk(p, path):
+        subs = [a for a in p._actions if isinstance(a, argparse._SubParsersAction)]
+        if not subs:
+            out[path] = {o for a in p._actions for o in a.option_strings}
+        for s in subs:
+            for name, child in s.choices.items():
+                walk(child, f"{path} {name}".strip())
+
+    walk(parser, "")
+    return out
+
+
+def test_every_reporting_command_takes_json():
+    from dtlab.cli import build_parser
+
+    writers = {  # commands whose output is a file or a notebook, not a report
+        "course release", "course validate", "course autograde", "course grade", "course merge",
+        "course feedback"}
+    missing = [c for c, opts in _options(build_parser()).items()
+               if c not in writers and "--json" not in opts]
+    assert missing == []
+
+
+def test_argparse_errors_are_one_line_and_status_2():
     p = subprocess.run([sys.executable, "-m", "dtlab", "hang", "nope"], capture_output=True,
                        text=True, timeout=60)
     assert p.returncode == 2 and "invalid choice: 'nope'" in p.stderr
-    assert "Traceback" not in p.stderr
+    assert "Traceback" not in p.stderr and len(p.stderr.splitlines()) == 1, p.stderr
 
 
 def test_diagnose_help_states_the_exit_statuses(capsys):
-    with pytest.raises(SystemExit):
-        main(["diagnose", "--help"])
+    assert main(["diagnose", "--help"]) == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "0 no failure found, 1 failure found" in text and "2 no usable evidence" in text
 

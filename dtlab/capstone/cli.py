@@ -12,74 +12,71 @@ Bad input is a ValueError (or :class:`dtlab.LaunchError`) raised inside the call
 from __future__ import annotations
 
 import argparse
-import json
 
 
-def _seconds(text: str) -> float:
-    """A positive, finite number of seconds (argparse prints the one line and exits 2)."""
-    import math
+def _ranks(low: int):
+    from ..flags import ranks
 
-    try:
-        v = float(text)
-    except ValueError:
-        v = math.nan
-    if not math.isfinite(v) or v <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
-    return v
+    return ranks(None, None, min_ranks=low, why="a hang needs at least 2 ranks" if low > 1 else "",
+                 nprocs_help="ranks (default: one per GPU, else 2)")
+
+
+def _size(text: str) -> str:
+    """``--size``'s type: a size of :data:`dtlab.capstone.model.CONFIGS` (imported when a
+    command is parsed, not when the parser is built: it imports torch)."""
+    from ..flags import one_of
+    from .model import CONFIGS
+
+    return one_of("--size", CONFIGS)(text)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    sub = p.add_subparsers(dest="capstone_command", metavar="{train,baseline,hang}",
-                             required=True)
-    t = sub.add_parser("train", help="train the Llama-style model with FSDP2; loss, step time, "
-                       "tokens/s, peak memory and MFU per rank")
-    t.add_argument("--size", default="tiny", help="tiny (CPU, seconds), small, 1b (GPUs); "
-                   "default tiny")
-    t.add_argument("--steps", type=int, default=30, help="training steps (default 30)")
-    t.add_argument("--nprocs", type=int, default=None,
-                   help="ranks (default: one per GPU, else 2)")
-    t.add_argument("--backend", default="auto", help="auto, nccl or gloo")
-    t.add_argument("--batch", type=int, default=None, help="sequences per rank per step "
-                   "(default: the size's)")
-    t.add_argument("--seq", type=int, default=None, help="tokens per sequence (default: the "
-                   "size's)")
-    t.add_argument("--data", default="text", help="text (stdlib sources as bytes, default) or "
-                   "random (uniform ids, as the benchmark)")
-    t.add_argument("--json", action="store_true", help="machine-readable summary on stdout")
+    from ..flags import json_flag, one_of, seconds, whole
+    from ..limits import MAX_STEPS
     from .baseline import STEPS
-
-    b = sub.add_parser("baseline", help="a clean run recorded before anything breaks: NCCL "
-                       "logs (NCCL_DEBUG=INFO from launch), rings and trees, a throughput table, "
-                       "saved as an evidence folder")
-    b.add_argument("--size", default="tiny", help="tiny, small, 1b (default tiny)")
-    b.add_argument("--steps", type=int, default=STEPS, help=f"training steps (default {STEPS})")
-    b.add_argument("--nprocs", type=int, default=None,
-                   help="ranks (default: one per GPU, else 2)")
-    b.add_argument("--backend", default="auto", help="auto, nccl or gloo")
-    b.add_argument("--out", default=None, help="baseline folder, new or empty (default: a new "
-                   "temporary folder)")
-    b.add_argument("--json", action="store_true", help="machine-readable baseline on stdout")
     from .hang import BUGS, MAX_STEP, PG_TIMEOUT, TIMEOUT
 
-    h = sub.add_parser("hang", help="break the training job on purpose (a hang or an error for "
-                       "a real reason), collect the evidence, print dtlab's diagnosis")
-    h.add_argument("--bug", default="extra_metric", help=f"{', '.join(BUGS)} "
-                   "(default extra_metric)")
-    h.add_argument("--nprocs", type=int, default=None,
-                   help="ranks, at least 2 (default: one per GPU, else 2)")
-    h.add_argument("--backend", default="auto", help="auto, nccl or gloo")
+    sub = p.add_subparsers(dest="capstone_command", metavar="{train,baseline,hang}",
+                           required=True)
+    size = dict(type=_size, default="tiny")
+    t = sub.add_parser("train", parents=[_ranks(1), json_flag("machine-readable summary on "
+                       "stdout")], help="train the Llama-style model with FSDP2; loss, step "
+                       "time, tokens/s, peak memory and MFU per rank")
+    t.add_argument("--size", **size, help="tiny (CPU, seconds), small, 1b (GPUs); default tiny")
+    t.add_argument("--steps", type=whole("--steps", 1, MAX_STEPS), default=30,
+                   help="training steps (default 30)")
+    t.add_argument("--batch", type=whole("--batch", 1, 4096, "sequences per rank per step"),
+                   default=None, help="sequences per rank per step (default: the size's)")
+    t.add_argument("--seq", type=whole("--seq", 1, 1 << 17, "tokens per sequence"), default=None,
+                   help="tokens per sequence (default: the size's)")
+    t.add_argument("--data", type=one_of("--data", ("text", "random")), default="text",
+                   help="text (stdlib sources as bytes, default) or random (uniform ids, as the "
+                   "benchmark)")
+    b = sub.add_parser("baseline", parents=[_ranks(1), json_flag("machine-readable baseline on "
+                       "stdout")], help="a clean run recorded before anything breaks: NCCL logs "
+                       "(NCCL_DEBUG=INFO from launch), rings and trees, a throughput table, "
+                       "saved as an evidence folder")
+    b.add_argument("--size", **size, help="tiny, small, 1b (default tiny)")
+    b.add_argument("--steps", type=whole("--steps", 1, MAX_STEPS), default=STEPS,
+                   help=f"training steps (default {STEPS})")
+    b.add_argument("--out", default=None, help="baseline folder, new or empty (default: a new "
+                   "temporary folder)")
+    h = sub.add_parser("hang", parents=[_ranks(2), json_flag("machine-readable report on "
+                       "stdout")], help="break the training job on purpose (a hang or an error "
+                       "for a real reason), collect the evidence, print dtlab's diagnosis")
+    h.add_argument("--bug", type=one_of("--bug", BUGS), default="extra_metric",
+                   help=f"{', '.join(BUGS)} (default extra_metric)")
     h.add_argument("--out", default=None, help="evidence folder, new or empty (default: a new "
                    "temporary folder)")
-    h.add_argument("--culprit", type=int, default=None, help="the rank that does it wrong "
-                   "(default 1)")
-    h.add_argument("--at-step", type=int, default=None, dest="at_step",
-                   help=f"the step it goes wrong, 1 to {MAX_STEP} (default 3)")
+    h.add_argument("--culprit", type=whole("--culprit", 0, 255), default=None,
+                   help="the rank that does it wrong (default 1)")
+    h.add_argument("--at-step", type=whole("--at-step", 1, MAX_STEP), default=None,
+                   dest="at_step", help=f"the step it goes wrong, 1 to {MAX_STEP} (default 3)")
     h.add_argument("--baseline", default=None, help="a folder from dtlab capstone baseline: "
                    "say what the broken run did differently")
-    h.add_argument("--timeout", type=_seconds, default=TIMEOUT, help=f"seconds the whole job may "
-                   f"take before dtlab stops it (default {TIMEOUT:g}; the hang itself shows after "
-                   f"the {PG_TIMEOUT:g} s collective timeout)")
-    h.add_argument("--json", action="store_true", help="machine-readable report on stdout")
+    h.add_argument("--timeout", type=seconds(), default=TIMEOUT, help=f"seconds the whole job "
+                   f"may take before dtlab stops it (default {TIMEOUT:g}; the hang itself shows "
+                   f"after the {PG_TIMEOUT:g} s collective timeout)")
 
 
 def check(args) -> None:
@@ -99,28 +96,28 @@ def check(args) -> None:
         check_baseline(args.size, args.steps, args.nprocs, args.backend, args.out)
         return
     check_args(args.size, args.steps, args.batch, args.seq)
-    if args.data not in ("text", "random"):
-        raise ValueError(f"data={args.data!r} is not one of: text, random.")
     resolve(args.nprocs, args.backend)
 
 
 def run(args) -> int:
+    from ..reporting import Plain, emit
+
     if args.capstone_command == "hang":
         from .hang import format_report, hang
 
         report = hang(args.bug, args.nprocs, args.backend, args.out, timeout=args.timeout,
                       culprit=args.culprit, at_step=args.at_step, baseline=args.baseline)
-        print(json.dumps(report, indent=1) if args.json else format_report(report))
+        emit(Plain(report, format_report(report)), args.json)
         return 0
     if args.capstone_command == "baseline":
         from .baseline import baseline, format_baseline
 
         b = baseline(args.size, args.steps, args.nprocs, args.backend, args.out)
-        print(json.dumps(b, indent=1) if args.json else format_baseline(b))
+        emit(Plain(b, format_baseline(b)), args.json)
         return 0
     from .train import format_summary, train
 
     summary = train(args.size, args.steps, args.nprocs, args.backend, args.batch, args.seq,
                     args.data)
-    print(json.dumps(summary, indent=1) if args.json else format_summary(summary))
+    emit(Plain(summary, format_summary(summary)), args.json)
     return 0

@@ -6,9 +6,17 @@ The cross-node part is ``python -m dtlab.check`` under torchrun (:mod:`dtlab.che
 from __future__ import annotations
 
 import argparse
-import json
 
 from .checks import LEVELS
+
+
+def parents() -> list:
+    from ..flags import json_flag, nprocs
+
+    p = json_flag("the rows as JSON")
+    p.add_argument("--nprocs", type=nprocs("--nprocs", 2, "a check of collectives needs at least "
+                   "2 ranks"), help="ranks (default: every GPU, else 2 on the CPU)")
+    return [p]
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -17,8 +25,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "parity; full adds GPU-NUMA-NIC affinity, the ring's slowest hop, and how to "
                    "run the cross-node part: `python -m dtlab.check` under torchrun on every node, "
                    "e.g. from `dtlab multinode script --entry '-m dtlab.check'`)")
-    p.add_argument("--nprocs", type=int, help="ranks (default: every GPU, else 2 on the CPU)")
-    p.add_argument("--json", action="store_true", help="the rows as JSON")
     p.add_argument("--html", metavar="FILE", help="also write the report as one self-contained "
                    "HTML page, with the pictures (busbw against the ceiling and the P2P matrix "
                    "at --level standard)")
@@ -29,8 +35,6 @@ def check(args) -> None:
     if args.level not in LEVELS:
         raise ValueError(f"--level {args.level!r}: choose {', '.join(LEVELS[:-1])} or "
                          f"{LEVELS[-1]}")
-    if args.nprocs is not None and args.nprocs < 2:
-        raise ValueError(f"--nprocs {args.nprocs}: a check of collectives needs at least 2 ranks")
     if args.html:
         from ..paths import check_output_file
 
@@ -38,10 +42,11 @@ def check(args) -> None:
 
 
 def run(args) -> int:
+    from ..reporting import emit
     from .checks import run as run_checks
 
     rep = run_checks(args.level, args.nprocs, progress=not args.json)
-    print(json.dumps(rep.to_dict(), indent=1) if args.json else rep.render())
+    emit(rep, args.json)
     if args.html:
         with open(args.html, "w") as f:
             f.write(rep.to_html())

@@ -115,6 +115,9 @@ class Report:
         lines += ["", self.summary()]
         return "\n".join(lines)
 
+    def render(self) -> str:
+        return self.table()
+
     def to_dict(self) -> dict:
         return {"ok": self.ok, "nprocs": self.nprocs, "backend": self.backend,
                 "results": [r.to_dict() for r in self.rows]}

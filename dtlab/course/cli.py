@@ -243,16 +243,15 @@ def _feedback(api, args) -> int:
 
 
 def _report(api, args) -> int:
+    from ..reporting import Plain, emit
+
     df = api.report(db=args.db, root=args.root, csv=args.csv)
-    if args.json:
-        print(json.dumps(json.loads(df.to_json(orient="records")), indent=1))
-    elif args.csv:
-        print(f"wrote {len(df)} rows ({df['student'].nunique()} students, "
-              f"{df['assignment'].nunique()} assignments) to {args.csv}")
-    elif df.empty:
-        print("no graded submissions yet")
+    if args.csv:
+        text = (f"wrote {len(df)} rows ({df['student'].nunique()} students, "
+                f"{df['assignment'].nunique()} assignments) to {args.csv}")
     else:
-        print(df.to_string(index=False))
+        text = df.to_string(index=False) if not df.empty else "no graded submissions yet"
+    emit(Plain(json.loads(df.to_json(orient="records")), text), args.json)
     return 0
 
 

@@ -51,6 +51,16 @@ class Reproduction:
     detail_outcome: str | None = None
     extra: dict = field(default_factory=dict)
 
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, "out": self.out, "outcome": self.outcome, "error": self.error,
+                "detail_outcome": self.detail_outcome,
+                "diagnosis": self.diagnosis.to_dict() if self.diagnosis else None}
+
+    def render(self) -> str:
+        return (f"\n{self.kind}: {self.outcome}" + (f" ({self.error})" if self.error else "")
+                + f"\nevidence: {self.out}\n\n" + (self.diagnosis.render() if self.diagnosis
+                                                    else "no diagnosis"))
+
     def __repr__(self) -> str:
         d = self.diagnosis
         verdict = f"{d.failure_class}, culprit {d.culprit_ranks}, seq {d.collective_seq}" if d else "-"

@@ -11,15 +11,17 @@ made: one line on stderr, exit status 2.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from .faults import FAULTS
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from ..flags import json_flag
+
     sub = p.add_subparsers(dest="multinode_command", metavar="script|simulate", required=True)
-    s = sub.add_parser("script", help="torchrun lines per node, or an sbatch script")
+    s = sub.add_parser("script", parents=[json_flag("{lines} or {sbatch} as JSON")],
+                       help="torchrun lines per node, or an sbatch script")
     s.add_argument("--nodes", type=int, required=True, help="nodes (hosts)")
     s.add_argument("--gpus-per-node", type=int, required=True, help="ranks per node")
     s.add_argument("--slurm", action="store_true", help="an sbatch script (srun + torchrun)")
@@ -31,8 +33,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--no-nvls", action="store_true",
                    help="add NCCL_NVLS_ENABLE=0: keep NVLink multicast (NVLS) off; by default "
                         "NCCL uses it where the NVSwitches have it")
-    s.add_argument("--json", action="store_true", help="{lines} or {sbatch} as JSON")
-    m = sub.add_parser("simulate", help="rehearse a multi-node launch on this machine: one "
+    m = sub.add_parser("simulate", parents=[json_flag("machine-readable report")], help="rehearse a multi-node launch on this machine: one "
                        "torchrun agent per simulated node, each in its own network namespace")
     m.add_argument("--nodes", type=int, default=2, help="simulated nodes (default 2)")
     m.add_argument("--procs-per-node", type=int, default=2, help="ranks per node (default 2)")
@@ -45,7 +46,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     m.add_argument("--iperf", type=int, default=0, metavar="SECONDS",
                    help="then iperf3 from the last node to node 0 for SECONDS s, beside the "
                         "check's busbw (netns mode; Debian's iperf3)")
-    m.add_argument("--json", action="store_true", help="machine-readable report")
 
 
 def check(args) -> None:
@@ -62,21 +62,20 @@ def check(args) -> None:
 
 
 def run(args) -> int:
+    from ..reporting import Plain, emit
+
     if args.multinode_command == "script":
         from .script import sbatch, torchrun_lines
 
         if args.slurm:
             text = sbatch(args.nodes, args.gpus_per_node, args.entry, args.port, args.ifname,
                           nvls=not args.no_nvls)
-            print(json.dumps({"sbatch": text}) if args.json else text, end="" if not args.json else "\n")
+            emit(Plain({"sbatch": text}, text.rstrip("\n")), args.json)
         else:
             lines = torchrun_lines(args.nodes, args.gpus_per_node, args.entry, args.master,
                                    args.port, args.ifname, nvls=not args.no_nvls)
-            if args.json:
-                print(json.dumps({"lines": lines}))
-            else:
-                for i, line in enumerate(lines):
-                    print(f"# node {i}\n{line}")
+            emit(Plain({"lines": lines}, "\n".join(f"# node {i}\n{line}"
+                                                     for i, line in enumerate(lines))), args.json)
         return 0
     from .simulate import Terminated, render, simulate
 
@@ -88,7 +87,7 @@ def run(args) -> int:
         print(f"dtlab multinode simulate: stopped by {how}; everything it made is removed",
               file=sys.stderr)
         return status  # as a shell reports a process ended by that signal
-    print(json.dumps(res, indent=1) if args.json else render(res))
+    emit(Plain(res, render(res)), args.json)
     if args.fault:
         unnamed = ("launch_failed", "unfinished", "stalled")  # the diagnosis could not name it
         return 0 if res["diagnosis"]["failure_class"] not in unnamed else 1

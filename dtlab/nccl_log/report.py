@@ -1,21 +1,11 @@
-"""``dtlab nccl-log FILE...``: the parsed log as one screen for a person, or JSON for a script.
-
-    $ dtlab nccl-log /tmp/nccl/                 # every file in the folder, one per process
-    $ dtlab nccl-log rank0.log rank1.log --json
-    $ dtlab nccl-log torchrun-output.txt --comm id:0x5e...   # another communicator
-
-Exit status: 0 parsed and the ranks agree, 1 the ranks diverge, 2 not an NCCL log / no file.
-"""
+"""The parsed log as one screen for a person (:func:`summary`, which is ``NcclLog.render()``);
+``dtlab nccl-log`` prints it (dtlab/nccl_log/cli.py)."""
 
 from __future__ import annotations
 
-import json
-import sys
 from collections import Counter
-from pathlib import Path
 
 from .model import Call
-from .result import NcclLog
 from .sources import MAX_LINE
 
 
@@ -75,7 +65,7 @@ def _nodes(n: dict) -> list[str]:
     return out
 
 
-def summary(log: NcclLog) -> str:
+def summary(log) -> str:
     """The human-readable report.
 
     >>> from dtlab.nccl_log import parse
@@ -160,18 +150,3 @@ def summary(log: NcclLog) -> str:
     if log.skipped_sources:
         out.append(f"skipped (no NCCL lines, or not read): {', '.join(log.skipped_sources)}")
     return "\n".join(out)
-
-
-def main(files: list[str], as_json: bool = False, comm: str | None = None) -> int:
-    from . import NotAnNcclLog, parse
-
-    try:
-        log = parse([Path(f) for f in files], comm=comm)
-    except (NotAnNcclLog, FileNotFoundError, KeyError) as e:
-        print(f"dtlab nccl-log: {e.args[0] if e.args else e}", file=sys.stderr)
-        return 2
-    if as_json:
-        print(json.dumps(log.to_dict(), indent=1))
-    else:
-        print(summary(log))
-    return 1 if log.divergence else 0

@@ -95,6 +95,12 @@ class NcclLog:
     def tuning(self) -> list[dict]:
         return self.selected.tuning if self.selected else []
 
+    def render(self) -> str:
+        """One screen for a person (:func:`dtlab.nccl_log.report.summary`)."""
+        from .report import summary
+
+        return summary(self)
+
     def to_dict(self) -> dict:
         sel = self.selected
         return {

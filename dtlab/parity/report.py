@@ -1,6 +1,6 @@
 """What a parity check reports, and the tolerance it is held to (per dtype and backend).
 
-Contract: :class:`Report` is plain data (``.to_json()`` gives the keys ``dtlab parity --json``
+Contract: :class:`Report` is plain data (``.to_dict()`` gives the keys ``dtlab parity --json``
 prints); :func:`tolerance` is the largest max-abs-difference of parameters (and losses) that
 still counts as parity. ``python -m doctest dtlab/parity/report.py``
 
@@ -91,10 +91,13 @@ class Report:
                    r0["allreduce_calls"], error, bad[0] if bad else None, nprocs,
                    r0["backend"], dtype, r0["seconds"])
 
-    def to_json(self) -> dict:
+    def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
     def __str__(self) -> str:
+        return self.render()
+
+    def render(self) -> str:
         name = self.bug + (" (fixed)" if self.fixed else "")
         if self.error:
             return f"{name}: DDP raised -- {self.error.splitlines()[0][:160]}"

@@ -34,6 +34,20 @@ def load(path: str) -> dict:
         raise ValueError(f"{shown(path)}: {e}: {HINT}") from None
 
 
+class TopoReport:
+    """A topology as a report (:mod:`dtlab.reporting`): ``to_dict()`` is :func:`to_json`,
+    ``render()`` is :func:`render`."""
+
+    def __init__(self, topo: dict):
+        self.topo = topo
+
+    def to_dict(self) -> dict:
+        return to_json(self.topo)
+
+    def render(self) -> str:
+        return render(self.topo)
+
+
 def to_json(topo: dict) -> dict:
     """Plain JSON data: ``devices``, ``links`` [{a, b, kind}] (each pair once, in device order),
     ``affinity``, then ``gpus``, ``nics``, ``nic_names``, ``numa``, ``predicted`` (per GPU pair),

@@ -1,0 +1,109 @@
+"""``dtlab bench [--op OP,...] [-b MIN] [-e MAX] [-f F] [-n N] [-w W] [-d DTYPE] [--graph [N]]
+[--nprocs N] [--backend B] [--timeout S] [--csv FILE] [--plot FILE.png] [--json]``: an
+nccl-tests-style busbw sweep (:func:`dtlab.bench.sweep`); ``--p2p``: copy GB/s and latency
+between every GPU pair instead (:func:`dtlab.bench.p2p.p2p_matrix`). Exit status 0, 1 when a
+result was wrong (or a pair slow), 2 bad input or nothing measured."""
+
+from __future__ import annotations
+
+P2P_SIZE = "256M"  # --p2p's copy size when -e is left at the sweep's default
+
+
+def ops(text: str) -> list[str]:
+    """``--op``'s type: "all" or a comma list of collectives, any spelling nccl-tests uses."""
+    from ..flags import as_flag
+    from .engine import resolve_ops
+
+    try:
+        return resolve_ops(text)
+    except ValueError as e:
+        raise as_flag(e, "op", text, "--op") from None
+
+
+def order(args) -> None:
+    """-b larger than -e: the one check of the sweep's flags between each other."""
+    from ..vocab import format_size
+
+    if args.minbytes > args.maxbytes:
+        raise ValueError(f"-b {format_size(args.minbytes)} is larger than -e "
+                         f"{format_size(args.maxbytes)}: swap them.")
+
+
+def parents() -> list:
+    from ..flags import json_flag, outputs, ranks, sweep
+    from .engine import SWEEP_DTYPES
+    from .formulas import OPS
+
+    return [sweep(ops, OPS, dtypes=SWEEP_DTYPES),
+            ranks(None, 600, min_ranks=2, why="a bandwidth sweep needs at least 2 ranks."),
+            outputs(), json_flag()]
+
+
+def add_arguments(p) -> None:
+    from ..flags import whole
+
+    p.add_argument("--graph", nargs="?", type=whole("--graph", 1, 100_000), const=True,
+                   default=False, metavar="N", help="capture each size's timed loop in a CUDA "
+                   "graph and time N replays of it (default 100; NCCL on GPUs; like nccl-tests "
+                   "-G N)")
+    p.add_argument("--p2p", action="store_true", help="instead of a sweep: copy GB/s and "
+                   f"latency between every GPU pair (-e: copy size, default {P2P_SIZE})")
+
+
+def check(args) -> None:
+    if args.p2p:
+        from .p2p import check_p2p_possible
+
+        check_p2p_possible()
+        return
+    from ..runtime.plan import resolve
+    from .engine import make_config
+
+    order(args)
+    make_config(args.op, args.minbytes, args.maxbytes, args.stepfactor, args.iters,
+                args.warmup_iters, args.datatype, nprocs=args.nprocs, graph=args.graph)
+    resolve(args.nprocs, args.backend)
+    if args.graph:
+        from .graph import check_graph_possible
+
+        check_graph_possible(args.backend)
+
+
+def _save(args, df, plot) -> None:
+    if args.csv:
+        df.to_csv(args.csv, index=False)
+    if args.plot:
+        import matplotlib
+
+        matplotlib.use("Agg")  # a file, never a window
+        plot().figure.savefig(args.plot, dpi=120, bbox_inches="tight")
+
+
+def run(args) -> int:
+    from ..reporting import Plain, Several, emit
+
+    if args.p2p:
+        from ..vocab import parse_size
+        from . import p2p
+
+        size = args.maxbytes if args.maxbytes != parse_size("128M") else parse_size(P2P_SIZE)
+        df = p2p.p2p_matrix(size=size, iters=args.iters, warmup=args.warmup_iters)
+        _save(args, df, lambda: p2p.plot_p2p(df, "uni_GBps"))
+        slow = p2p.slow_pairs(df, "uni_GBps")
+        emit(Plain({"pairs": df.to_dict(orient="records"), "slow_pairs": slow},
+                   df.to_string(index=False, float_format=lambda v: f"{v:.2f}")
+                   + f"\nslow pairs (< 0.75 x median uni GB/s): {slow or 'none'}"), args.json)
+        return 1 if slow else 0
+    from .. import bench
+    from .report import render_report
+
+    df = bench.sweep(args.op, args.minbytes, args.maxbytes, args.stepfactor, args.iters,
+                     args.warmup_iters, dtype=args.datatype, nprocs=args.nprocs,
+                     backend=args.backend, progress=not args.json, timeout=args.timeout,
+                     graph=args.graph)
+    _save(args, df, lambda: bench.plot(df))
+    reports = bench.to_reports(df)
+    emit(Several([Plain(r, render_report(r)) for r in reports]), args.json)
+    wrong = any((r[g] or {}).get("wrong") for rep in reports for r in rep["rows"]
+                for g in ("oop", "ip"))
+    return 2 if df.empty else 1 if wrong else 0

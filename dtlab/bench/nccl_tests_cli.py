@@ -1,0 +1,31 @@
+"""``dtlab nccl-tests FILE... [--json]``: nccl-tests' own output (all_reduce_perf & co.) read
+back: each run's header, rows and trailer (:func:`dtlab.bench.parse_nccl_tests_all`), as text
+like nccl-tests' own summary, or JSON."""
+
+from __future__ import annotations
+
+
+def parents() -> list:
+    from ..flags import json_flag
+
+    return [json_flag("{header, rows, trailer} per run")]
+
+
+def add_arguments(p) -> None:
+    p.add_argument("files", nargs="+", metavar="FILE", help="nccl-tests text output")
+
+
+def check(args) -> None:
+    """Reading is all this command does: a file it cannot read is bad input."""
+    from . import parse_nccl_tests_all
+
+    args.reports = [r for path in args.files for r in parse_nccl_tests_all(path)]
+
+
+def run(args) -> int:
+    from ..reporting import Plain, Several, emit
+    from . import summary_text
+
+    runs = [Plain(r, summary_text(r)) for r in args.reports]
+    emit(runs[0] if len(runs) == 1 else Several(runs, "\n\n"), args.json)
+    return 0

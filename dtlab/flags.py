@@ -1,0 +1,197 @@
+"""What more than one ``dtlab`` command takes, and each flag's own check.
+
+Every command is its section's ``cli`` module -- ``add_arguments(parser)``, ``check(args)``,
+``run(args)`` -- listed once in dtlab/cli.py. The flags several commands share come from the
+parent parsers here (:func:`ranks`, :func:`sweep`, :func:`json_flag`, :func:`outputs`), built
+fresh for each command so that one command's defaults never leak into another's.
+
+A flag's check is its argparse ``type=``: argparse hands it the text, and a refusal is one line
+on stderr -- ``dtlab bench: -n 0 must be a whole number >= 1 ...`` -- and exit status 2, before
+anything runs (:class:`Parser`). The checks come from the library (:mod:`dtlab.limits`,
+:mod:`dtlab.vocab`, :mod:`dtlab.runtime.plan`), called with the flag as the name, so the text a
+Python caller reads (``iters=0 must be ...``) and the one a terminal shows (``-n 0 must be ...``)
+are one message. Checks *between* flags (``-b`` larger than ``-e``) are the command's ``check``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+
+from .limits import MAX_ITERS
+from .limits import number as check_number
+from .limits import whole as check_whole
+from .vocab import DTYPES, check_dtype, parse_size
+
+BACKENDS = ("auto", "nccl", "gloo")
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, with its refusals on one line: ``dtlab CMD: what is wrong`` (no usage block;
+    ``--help`` has it) and exit status 2."""
+
+    def error(self, message: str):
+        # argparse says "argument -n/--iters: <ours>"; ours already names the flag
+        message = re.sub(r"^argument [^:]+: (?=-)", "", message)
+        if "--help" not in message and not message.startswith("-"):
+            message += f" (see {self.prog} --help)"
+        self.exit(2, f"{self.prog}: {message}\n")
+
+
+def as_flag(e: Exception, name: str, value, flag: str | None = None
+            ) -> argparse.ArgumentTypeError:
+    """A library refusal of one value, ``name=value ...`` (the library was called with ``name``),
+    as the terminal writes it: ``flag value ...`` (``flag`` defaults to ``name``)."""
+    text = " ".join(str(e).split())
+    said = f"{name}={value!r}"
+    if text.startswith(said):
+        text = f"{flag or name} {value!r}{text[len(said):]}"
+    return argparse.ArgumentTypeError(text)
+
+
+def _number_text(text: str, flag: str, kind):
+    try:
+        return kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{flag} {text!r} is not a {'whole ' if kind is int else ''}number") from None
+
+
+def whole(flag: str, low: int, high: int, why: str = ""):
+    """``type=`` for a count: a whole number in [low, high] (:func:`dtlab.limits.whole`)."""
+    def convert(text: str) -> int:
+        value = _number_text(text, flag, int)
+        try:
+            return check_whole(flag, value, low, high, why)
+        except ValueError as e:
+            raise as_flag(e, flag, value) from None
+    return convert
+
+
+def number(flag: str, low: float, high: float, why: str = ""):
+    """``type=`` for a real number in [low, high] (:func:`dtlab.limits.number`)."""
+    def convert(text: str) -> float:
+        value = _number_text(text, flag, float)
+        try:
+            return check_number(flag, value, low, high, why)
+        except ValueError as e:
+            raise as_flag(e, flag, value) from None
+    return convert
+
+
+def seconds(flag: str = "--timeout"):
+    """``type=`` for a launch's timeout (:func:`dtlab.runtime.plan.check_timeout`)."""
+    def convert(text: str) -> float:
+        from .runtime.errors import LaunchError
+        from .runtime.plan import check_timeout
+
+        value = _number_text(text, flag, float)
+        try:
+            return check_timeout(value, flag)
+        except (ValueError, LaunchError) as e:
+            raise as_flag(e, flag, value) from None
+    return convert
+
+
+def nprocs(flag: str = "--nprocs", low: int = 1, why: str = ""):
+    """``type=`` for a number of ranks on this machine (:func:`dtlab.runtime.plan.check_nprocs`),
+    at least ``low`` (a collective needs 2)."""
+    def convert(text: str) -> int:
+        from .runtime.errors import LaunchError
+        from .runtime.plan import check_nprocs
+
+        value = _number_text(text, flag, int)
+        try:
+            n = check_nprocs(value)
+        except (ValueError, LaunchError) as e:
+            raise as_flag(e, "nprocs", value, flag) from None
+        if n < low:
+            raise argparse.ArgumentTypeError(f"{flag} {n}: {why or f'give at least {low}'}")
+        return n
+    return convert
+
+
+def size(flag: str):
+    """``type=`` for bytes as nccl-tests writes them: 8, 1K, 128M (:func:`dtlab.vocab.parse_size`)."""
+    def convert(text: str) -> int:
+        try:
+            return parse_size(text, flag)
+        except ValueError as e:
+            raise as_flag(e, flag, text) from None
+    return convert
+
+
+def one_of(flag: str, choices, check=None):
+    """``type=`` for a name from a list; ``check`` (vocab.check_op, check_dtype) also takes
+    other spellings of the same name."""
+    def convert(text: str) -> str:
+        if check is not None:
+            try:
+                return check(text, tuple(choices), flag)
+            except ValueError as e:
+                raise as_flag(e, flag, text) from None
+        if text not in choices:
+            raise argparse.ArgumentTypeError(f"{flag} {text!r} is not one of: "
+                                             f"{', '.join(choices)}.")
+        return text
+    return convert
+
+
+# --- parents: flags several commands share, one parser per command ------------------------------
+
+def _parent() -> argparse.ArgumentParser:
+    return argparse.ArgumentParser(add_help=False)
+
+
+def json_flag(help: str = "machine-readable output") -> argparse.ArgumentParser:
+    p = _parent()
+    p.add_argument("--json", action="store_true", help=help)
+    return p
+
+
+def ranks(nprocs_default=None, timeout: float | None = 120, *, min_ranks: int = 1,
+          why: str = "", nprocs_help: str = "ranks (default: GPUs, else 2)",
+          timeout_help: str = "seconds before the run is a hang") -> argparse.ArgumentParser:
+    """``--nprocs``, ``--backend``, and (unless ``timeout`` is None) ``--timeout``."""
+    p = _parent()
+    p.add_argument("--nprocs", type=nprocs("--nprocs", min_ranks, why), default=nprocs_default,
+                   help=nprocs_help)
+    p.add_argument("--backend", type=one_of("--backend", BACKENDS), default="auto",
+                   help="auto, nccl or gloo")
+    if timeout is not None:
+        p.add_argument("--timeout", type=seconds(), default=timeout,
+                       help=f"{timeout_help} (default {timeout:g})")
+    return p
+
+
+def sweep(op_type, ops, op: str = "all_reduce", min_bytes: str = "8",
+          max_bytes: str = "128M", dtypes=tuple(DTYPES)) -> argparse.ArgumentParser:
+    """nccl-tests' sweep flags, spelled as nccl-tests spells them: -b -e -f -n -w -d; and --op
+    (``op_type``: the command's own check of a comma list of ``ops``)."""
+    p = _parent()
+    p.add_argument("--op", type=op_type, default=op, help=f"{', '.join(ops)}, a comma list, or "
+                   f"all (default {op})")
+    p.add_argument("-b", "--minbytes", type=size("-b"), default=min_bytes,
+                   help=f"smallest size, e.g. 8, 1K (default {min_bytes})")
+    p.add_argument("-e", "--maxbytes", type=size("-e"), default=max_bytes,
+                   help=f"largest size, e.g. 1G (default {max_bytes})")
+    p.add_argument("-f", "--stepfactor", type=whole("-f", 2, 1024, "nccl-tests -f; for one size "
+                   "give -b = -e"), default=2,
+                   help="size multiplier (default 2)")
+    p.add_argument("-n", "--iters", type=whole("-n", 1, MAX_ITERS), default=20,
+                   help="timed calls per size (default 20)")
+    p.add_argument("-w", "--warmup_iters", type=whole("-w", 0, MAX_ITERS), default=5,
+                   help="untimed calls first (default 5)")
+    p.add_argument("-d", "--datatype", type=one_of("-d", dtypes, check_dtype),
+                   default="float32", help="float32, bfloat16, float16, ...")
+    return p
+
+
+def outputs(csv_help: str = "also write the table as CSV",
+            plot_help: str = "also draw busbw vs size") -> argparse.ArgumentParser:
+    """``--csv FILE`` and ``--plot FILE.png``: checked before anything is measured
+    (dtlab/cli.py, ``check_outputs``)."""
+    p = _parent()
+    p.add_argument("--csv", metavar="FILE", help=csv_help)
+    p.add_argument("--plot", metavar="FILE.png", help=plot_help)
+    return p

@@ -1,0 +1,75 @@
+"""``dtlab parity [--bug B [--fix]] [--fsdp] [--scaling] [--precision] [--nprocs N] [--steps N]
+[--dtype D] [--backend B] [--json]``: does DDP (or FSDP2) train like one process? A classic bug
+and its fix compared step by step (:func:`dtlab.parity.compare`); ``--fsdp`` FSDP2 against DDP;
+``--scaling`` DDP's throughput on 1..N ranks; ``--precision`` mixed precision against float32."""
+
+from __future__ import annotations
+
+
+def parents() -> list:
+    from ..flags import json_flag, ranks
+
+    return [ranks(2, None, min_ranks=2, why="parity is a comparison with one process",
+                  nprocs_help="ranks (default 2)"), json_flag()]
+
+
+def add_arguments(p) -> None:
+    from ..flags import one_of, whole
+    from .report import BUGS
+
+    p.add_argument("--bug", type=one_of("--bug", BUGS), default="none",
+                   help=f"{', '.join(BUGS)} (default none)")
+    p.add_argument("--fix", action="store_true", help="run the bug's fix instead")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--fsdp", action="store_true", help="FSDP2 (fully_shard) vs DDP instead")
+    mode.add_argument("--scaling", action="store_true", help="DDP throughput on 1..--nprocs "
+                      "ranks, compute/comm overlap, bucket_cap_mb (dtlab.parity.scaling)")
+    mode.add_argument("--precision", action="store_true", help="bf16 / fp16 with GradScaler / "
+                      "FSDP2 MixedPrecisionPolicy vs float32, each within its derived "
+                      "tolerance? (dtlab.parity.precision; exit 1 if one is not as expected)")
+    p.add_argument("--steps", type=whole("--steps", 1, 64, "4 steps make an epoch"), default=8,
+                   help="training steps (default 8)")
+    p.add_argument("--dtype", type=one_of("--dtype", ("float64", "float32")),
+                   default="float64", help="float64 or float32 (DDP runs)")
+
+
+def check(args) -> None:
+    from ..runtime.plan import resolve
+
+    mode = "--fsdp" if args.fsdp else "--scaling" if args.scaling else \
+        "--precision" if args.precision else None
+    if mode and (args.bug != "none" or args.fix):
+        raise ValueError(f"{mode} takes no --bug/--fix: they name a bug of the DDP comparison.")
+    if args.nprocs > 8:
+        raise ValueError(f"--nprocs {args.nprocs}: at most 8 (parity is a comparison with one "
+                         f"process, not a scale test).")
+    resolve(args.nprocs, args.backend)
+
+
+def run(args) -> int:
+    from ..reporting import Plain, Several, emit
+
+    if args.scaling:
+        from .scaling import report
+
+        rep = report(list(range(1, args.nprocs + 1)), backend=args.backend, steps=args.steps,
+                     command="dtlab parity --scaling")
+        emit(Plain(rep, "\n".join(f"{k}: {v}" for k, v in rep.items())), args.json)
+        return 0
+    if args.precision:
+        from .precision import line, mixed_precision
+
+        rows = mixed_precision(nprocs=args.nprocs, backend=args.backend, steps=args.steps)
+        emit(Plain(rows, "\n".join(map(line, rows))), args.json)
+        return 0 if all(r["ok"] for r in rows) else 1
+    if args.fsdp:
+        from .fsdp import fsdp_vs_ddp
+
+        emit(Several(fsdp_vs_ddp(nprocs=args.nprocs, backend=args.backend, steps=args.steps)),
+             args.json)
+        return 0
+    from . import compare
+
+    emit(compare(args.bug, args.fix, nprocs=args.nprocs, backend=args.backend, steps=args.steps,
+                 dtype=args.dtype), args.json)
+    return 0
