@@ -57,7 +57,7 @@ test: $(STAMP)
 	$(VPY) -m pytest -n $(TEST_JOBS) --dist worksteal $(PYTEST_ARGS)
 
 bench: $(STAMP)
-	$(VPY) bench/launch.py
+	$(VPY) benchmarks/launch.py
 
 doctor: $(STAMP)
 	$(VENV)/bin/dtlab doctor

@@ -48,7 +48,7 @@ for kind in $(python3 -c 'from dtlab.hang.kinds import KINDS; print(" ".join(KIN
 done
 tar -C /tmp -czf "$OUT/hangs.tgz" all-hangs
 
-timeout 420 python3 bench/capstone_vs_hf.py --size 1b --nprocs "$NGPU" --backend nccl --steps 10 \
+timeout 420 python3 benchmarks/capstone_vs_hf.py --size 1b --nprocs "$NGPU" --backend nccl --steps 10 \
   --rounds 3 > "$OUT/capstone.txt" 2>&1
 log "capstone vs HF: exit $?"
 

@@ -6,7 +6,7 @@
 #   train-1b.json        dtlab capstone train --size 1b --steps 20 --json  (stdlib bytes; loss,
 #                        ms/step, tokens/s, peak memory and MFU per GPU)
 #   train-1b.err         its live progress lines ([capstone] step k/N loss ...)
-#   vs-hf.txt, vs-hf.json  bench/capstone_vs_hf.py: the same step time comparison with
+#   vs-hf.txt, vs-hf.json  benchmarks/capstone_vs_hf.py: the same step time comparison with
 #                        transformers' LlamaForCausalLM (same shape, FSDP2 settings, batches),
 #                        3 interleaved rounds x 10 steps, median
 #
@@ -35,5 +35,5 @@ step() {  # step SECONDS OUTFILE CMD...: run bounded, keep stdout (stderr beside
 } >"$log" 2>&1
 step 120 "$out/train-tiny.json" "$PY" -m dtlab capstone train --size tiny --steps 30 --nprocs 2 --backend nccl --json
 step 240 "$out/train-1b.json" "$PY" -m dtlab capstone train --size 1b --steps 20 --nprocs 2 --backend nccl --json
-step 300 "$out/vs-hf.txt" "$PY" bench/capstone_vs_hf.py --size 1b --nprocs 2 --backend nccl --steps 10 --rounds 3 --json "$out/vs-hf.json"
+step 300 "$out/vs-hf.txt" "$PY" benchmarks/capstone_vs_hf.py --size 1b --nprocs 2 --backend nccl --steps 10 --rounds 3 --json "$out/vs-hf.json"
 cat "$log"; cat "$out/vs-hf.txt"

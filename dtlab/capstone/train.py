@@ -7,8 +7,8 @@ per step after the first ``WARMUP_STEPS``), ``tokens_per_s``, ``peak_bytes`` (CU
 ``max_memory_allocated``; None on CPU), ``gpu`` (the device's name), ``mfu`` (over the datasheet
 peak; None on CPU or an unknown GPU), ``matmul_flops`` (bf16 matmul FLOP/s measured on that GPU
 in the same job; None on CPU) and ``of_matmul`` (the same FLOPs over that rate); and ``gpu_panel``, the live GPU panel's summary
-(:mod:`.panel`; None without GPUs). Bad arguments raise ValueError before anything starts. In a
-notebook, rank 0's steps show as a bar updated in place, beside every GPU's utilisation and
+(:mod:`dtlab.monitor`; None without GPUs). Bad arguments raise ValueError before anything
+starts. In a notebook, rank 0's steps show as a bar updated in place, beside every GPU's utilisation and
 memory. From a terminal::
 
     dtlab capstone train --size tiny --steps 30 --nprocs 2 --backend gloo
@@ -128,7 +128,8 @@ def rank_train(size: str = "tiny", steps: int = 30, batch: int | None = None,
     """Rank side of :func:`train` (call it inside ``dtlab.run``). ``data``: "text" (the standard
     library's sources as bytes, :mod:`.data`) or "random" (uniform ids, the benchmark's).
     ``progress``: rank 0 prints a ``[capstone] step`` line per step; ``progress_file``: rank 0
-    appends the step as a JSON line there instead (the notebook's bar reads it, :mod:`.panel`)."""
+    appends the step as a JSON line there instead (the notebook's bar reads it,
+    :mod:`dtlab.monitor`)."""
     import torch
     import torch.distributed as dist
 
@@ -208,12 +209,12 @@ def train(size: str = "tiny", steps: int = 30, nprocs: int | None = 2, backend: 
           batch: int | None = None, seq: int | None = None, data: str = "text",
           timeout: float | None = 600, progress: bool | str = True, panel=None) -> dict:
     """Train on ``nprocs`` ranks; the summary described in the module docstring, plus
-    ``gpu_panel`` (:meth:`.panel.GpuPanel.summary`: mean/max utilisation and peak memory per
+    ``gpu_panel`` (:meth:`dtlab.monitor.GpuPanel.summary`: mean/max utilisation and peak memory per
     GPU over the run; None without GPUs).
 
     ``progress``: True shows rank 0's steps as a bar updated in place in a notebook and as
     ``[capstone] step`` lines elsewhere; "bar" or "lines" chooses; False shows none.
-    ``panel``: the live GPU panel (:mod:`.panel`) around the launch -- None: on when GPUs are
+    ``panel``: the live GPU panel (:mod:`dtlab.monitor`) around the launch -- None: on when GPUs are
     visible; True: on, or one line saying why it is off; False: off; or a :class:`GpuPanel` of
     your own (not yet started), to keep its ``samples``.
 
@@ -223,7 +224,7 @@ def train(size: str = "tiny", steps: int = 30, nprocs: int | None = 2, backend: 
     """
     from ..runtime.launch import run
     from ..runtime.plan import resolve
-    from .panel import GpuPanel, StepProgress
+    from ..monitor import GpuPanel, StepProgress
 
     check_args(size, steps, batch, seq)
     if data not in ("text", "random"):
@@ -292,7 +293,7 @@ def format_summary(s: dict) -> str:
                  + (". of matmul: the same FLOPs / the bf16 matmul rate measured here"
                     if gpus else "; no MFU without a GPU"))
     if s.get("gpu_panel"):
-        from .panel import format_summary as gpu_table
+        from ..monitor import format_summary as gpu_table
 
         lines.append(gpu_table(s["gpu_panel"]))
     return "\n".join(lines)

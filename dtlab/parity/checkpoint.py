@@ -45,15 +45,8 @@ another summation order; :mod:`.report` says why); ``differs`` -- above it. ``fu
 same ranks: bitwise (same data, reductions and RNG draws in the same order). ``full`` on other
 ranks: within tolerance (3 ranks sum the gradient in another order than 2). Broken: differs.
 
-Measured (2 busy CPU cores, gloo, torch 2.13, 8 steps, saved at 6), max |param diff| vs the
-uninterrupted run: full 2 -> 2: 0 (losses too); 2 -> 3: 6e-8, 3 -> 2 and 2 -> 1: 3e-8 (loads
-exact: 0); no_sampler_epoch 1.3e-2 (loss +0.09 at the first step after resume), no_rng 1.5e-2
-(+0.16), no_optimizer 5.2e-2 (loss equal at the first step, +0.06 at the second) -- each over
-1000x the tolerance. Each launch takes ~7-10 s there, most of it each rank importing
-``torch.distributed.checkpoint``. On 2x H200 (torch 2.11, NCCL;
-``scripts/gpu_checkpoint.py OUT``, ``data/h200x2-checkpoint/``): the same -- full 2 -> 2
-bitwise, 2 -> 1, 1 -> 2 and gloo 2 -> 3 within tolerance (1.2e-7), every broken mode over
-1000x it.
+Measured on 2 CPU cores: BENCHMARKS.md, section "Parity checks", "Checkpoint and resume". On
+2x H200 (``scripts/gpu_checkpoint.py OUT``): ``data/h200x2-checkpoint/``, the same verdicts.
 """
 
 from __future__ import annotations

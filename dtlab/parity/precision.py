@@ -12,13 +12,13 @@ the unit roundoff u = 2^-p (IEEE 754-2019 sec. 2.1, 3.6): float32 p = 24, float1
 + 1 implicit), bfloat16 p = 8 (7 stored + 1 implicit: float32's exponent, its significand cut to 8
 bits). A mixed-precision gradient is a product of two operands rounded to the format, its result
 rounded again: first order, 3 roundings (:data:`ROUNDINGS`), ``|dg_s|_2 <= 3 u |g_s|_2`` (errors
-that reach it from deeper layers left out; measured: 1.1 u under autocast, 1.6 u with FSDP2's bf16
-parameters, row ``gradient_error_u``, from the first applied step's drift). SGD with
+that reach it from deeper layers left out; row ``gradient_error_u``, from the first applied step's
+drift). SGD with
 momentum mu puts step s's gradient into the parameters after K applied steps with weight
 ``lr * c_s``, ``c_s = (1 - mu^n) / (1 - mu)``, n = steps applied from s on. Errors that all pointed
 the same way would give ``|dp_K|_inf <= |dp_K|_2 <= 3 u lr sum_s c_s |g_s|_2``
 (:func:`drift_bound`),
-``|g_s|_2`` measured in the float32 reference (row ``grad_norms``, ~0.9 here). That is each row's
+``|g_s|_2`` measured in the float32 reference (row ``grad_norms``). That is each row's
 ``tolerance``, held by ``param_l2_diff`` (so by ``max_abs_diff`` too). The loss at step K is held
 to ``3 u |L_K| + |g_K|_2 tolerance_{K-1}`` (its own forward rounding plus the drift's first-order
 effect). First order: the feedback of the drift into later gradients is left out (lr |H| is small
@@ -41,26 +41,14 @@ first step overflows by construction: cross entropy's gradient for the target lo
 (a uniform guess over the 35 tokens would give ln 35 = 3.56), so some token has p <= e^-3.97 and ``|dlogit| >= 0.98 * 2^22 / 32 = 1.3e5 > 65504``, float16's largest
 finite number. The fp16 row is compared with a float32 run that skips the same steps.
 
-Measured (2 busy CPU cores, gloo, torch 2.13, the defaults: 8 steps; the last step's tolerance
-in brackets): fp32 and fsdp2_fp32 bitwise (2 ranks add the same 2 numbers in DDP and FSDP2);
-ddp_bf16 max |dp| 3.0e-4, |dp|_2 4.1e-3 [3.0e-2]; FSDP2 bf16 parameters 4.4e-4 / 5.6e-3 (reduce
-fp32), 4.8e-4 / 6.1e-3 (reduce bf16) [3.0e-2]; losses within 8e-4 [4e-2]. The bf16 reduce's
-error is 1.8e-3 (0.46 u) every step, the fp32 reduce's 0 (two bf16 numbers add exactly in
-float32 unless their exponents are more than 16 apart), yet the bf16 reduce moves the parameters
-4.1e-4 from the fp32-reduce run: as far as bf16 compute moved them from float32. ddp_fp16_scaler
-skips steps 0-3 (scale 2^22 -> 2^18), grows after steps 4-5 (2^19), overflows at step 6, backs
-off, and drifts 1.2e-5 / 1.6e-4 [7.7e-4] from float32 skipping the same steps (9e-2 from plain
-float32: the 5 updates it skipped). On CPU torch 2.13 runs float16 autocast and
-``GradScaler("cpu")`` for real (not a no-op), so fp16 is measured here, not only on GPU. One
-launch: ~12-17 s, ~6 s of it training.
+On CPU torch 2.13 runs float16 autocast and ``GradScaler("cpu")`` for real (not a no-op), so
+fp16 is measured on CPU too, not only on GPU. Measured on 2 CPU cores: BENCHMARKS.md, section
+"Parity checks", "Mixed precision".
 
 On GPU (``scripts/gpu_precision.py OUT``): cuBLAS may reduce in bf16/fp16 inside a GEMM
 (``torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction``, on by default), attention
 takes fused kernels, NCCL reduces bf16 hop by hop (2 GPUs: one addition) -- other roundings, the
-same bound. Recorded on 2x H100 (``data/h100x2-precision/``, torch 2.11, NCCL 2.28.9,
-2026-11-27): every verdict as on the CPU; DDP's rows equal to the printed digits (fp16's gradient
-error aside: 1.05 u), FSDP2's bf16 rows 5.4e-3 / 5.8e-3 (1.45 / 1.52 u); the float32 reduce off
-by 5.3e-10, the bf16 one by 1.8e-3.
+same bound. Recorded on 2x H100: ``data/h100x2-precision/`` (every verdict as on the CPU).
 """
 
 from __future__ import annotations

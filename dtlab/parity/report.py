@@ -14,14 +14,14 @@ Why these numbers. DDP gives each rank the mean over its ``B/W`` samples, divide
 all-reduces (SUM); the single process takes one mean over ``B``. Same numbers, different
 summation order, so the last bits differ: about 1e-16 relative per step in float64, 1e-7 in
 float32, compounding over the steps. Bitwise equality is not achievable here, on gloo or NCCL,
-unless ``W == 1``: addition in floating point is not associative. Measured on 2 CPU ranks, 8
-steps of the tiny classifier: max |diff| ~1e-16 (float64), ~1e-7 (float32); the tolerances
-below leave ~100x room, and every bug in :data:`BUGS` that breaks parity misses them by > 1e-4.
-NCCL's ring/tree reductions add other orders, not larger errors; TF32 is off for float32.
+unless ``W == 1``: addition in floating point is not associative. The tolerances below leave
+room above the differences measured on the tiny classifier, and every bug in :data:`BUGS` that
+breaks parity misses them (measured: BENCHMARKS.md, section "Parity checks", "The tolerances'
+basis"). NCCL's ring/tree reductions add other orders, not larger errors; TF32 is off for float32.
 bfloat16 (FSDP2's MixedPrecisionPolicy, params in bf16, reduce in fp32) keeps an 8-bit
-significand, 7 bits stored (~4e-3 relative per rounding); measured on the 2-block transformer of
-:mod:`dtlab.parity.fsdp`, 4 steps on gloo: max |diff| ~2e-4 vs float32 DDP. Its tolerance is 1e-2:
-loose by nature, still under what the bugs above do to the tiny classifier (7e-2 to 4e-1).
+significand, 7 bits stored (~4e-3 relative per rounding). Its tolerance is 1e-2: loose by
+nature, above what bf16 gave on the 2-block transformer of :mod:`dtlab.parity.fsdp` and still
+under what the bugs above do to the tiny classifier (the same section of BENCHMARKS.md).
 """
 
 from __future__ import annotations

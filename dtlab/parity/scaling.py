@@ -18,10 +18,8 @@ world size; the model is an MLP of equal Linear layers (:data:`MODELS`). On CPU/
 computes on one thread (``torch.set_num_threads(1)``) plus gloo's worker threads, so on a
 2-core box 2 ranks already share the cores with gloo (and whatever else runs) and 3 ranks
 *must* time-share them (efficiency <= 2/3 before any communication): poor CPU efficiency is a
-true, explainable measurement. Measured on this course's shared 2-core box ("mlp", 64/rank):
-1 rank 2.9-3.9 ms/step; 2 ranks 6.3-17 ms (efficiency 0.20-0.61 over runs: the box is shared);
-3 ranks 19.7 ms (0.16). On GPUs each rank
-owns a device and NCCL runs on its own stream, so ~1 is reachable when backward hides the comm.
+true, explainable measurement. On GPUs each rank owns a device and NCCL runs on its own
+stream, so ~1 is reachable when backward hides the comm.
 
 What the profiler can show (:func:`split`). On CPU it records aten ops on the thread that runs
 them, each all-reduce as ``gloo:all_reduce`` on a gloo worker thread (including the wait for the
@@ -33,8 +31,7 @@ nor how long the main thread blocks on the last bucket (no event spans that wait
 the same arithmetic runs over kernels per stream (NCCL vs compute kernels): there overlap
 means the GPU ran both. ``compute_ms`` sums per thread (stream) the union of its op intervals
 (nested ops once); ``comm_ms`` is the union of all-reduce intervals (wall time with one in
-flight); ``overlap_ms <= comm_ms``. Measured here ("mlp", 2 ranks, two runs): compute 3.3 / 11.3,
-comm 17.4 / 8.9, overlap 0.6 / 3.8 ms per step -- on 2 shared cores the split moves with load.
+flight); ``overlap_ms <= comm_ms``. On shared cores the split moves with load.
 
 bucket_cap_mb: DDP all-reduces a bucket of at most ``bucket_cap_mb`` MiB when its last gradient
 is ready; left at its default (None = 25) the first bucket is capped at 1 MiB
@@ -42,6 +39,9 @@ is ready; left at its default (None = 25) the first bucket is capped at 1 MiB
 2 all-reduces/step by default, 1 with 25; caps 0.05 / 0.5 / 25 MiB: 6 / 3 / 1). Small buckets
 pay the fixed latency more often but start earlier in backward (overlap). Counted with
 :mod:`dtlab.parity.ddp`'s comm hook; raw all-reduce bucketing is :func:`dtlab.bench.bucketing`.
+
+Measured (throughput and the split on a shared 2-core box): BENCHMARKS.md, section "Parity
+checks", "Weak scaling and the compute / communication split".
 """
 
 from __future__ import annotations

@@ -27,16 +27,13 @@ different parameters agree): ``c10d::allreduce_`` twice per step instead of once
 fits one bucket. DDP says so itself, once, when the search finds nothing unused
 (``reducer.cpp``: "... results in an extra traversal of the autograd graph every iteration ...").
 
-Measured on this course's shared 2-core CPU box (gloo, 2 ranks, "mlp": 13 autograd-tracked
-layers, 1.5 MiB of gradients in 2 buckets, 64 samples/rank, 20 interleaved steps, three runs):
-``find_unused`` 1.02x / 1.02x / 1.17x the plain step (~12 ms), ``dead_head`` 1.01x-1.07x; the
-search itself 8-12 us per step (``search_ms``); all-reduces 3 per step instead of 2. The time
-cost here is as large as the box's run-to-run noise; what is certain is the counted work.
-The search grows with the autograd graph (nodes), the map all-reduce with the network's latency
-(it is tiny: one flag per parameter tensor); ``scripts/gpu_parity.sh`` records the same dict on
-NCCL (``scaling.json``'s ``find_unused``). The cheaper fixes when the graph does not change:
-delete the dead parameter, or ``static_graph=True`` ("DDP will not search graph in each
-iteration to detect unused parameters": ``DistributedDataParallel``'s docstring, torch 2.13).
+Measured on a shared 2-core CPU box: BENCHMARKS.md, section "Parity checks", "What
+``find_unused_parameters=True`` costs". The search grows with the autograd graph (nodes), the
+map all-reduce with the network's latency (it is tiny: one flag per parameter tensor);
+``scripts/gpu_parity.sh`` records the same dict on NCCL (``scaling.json``'s ``find_unused``).
+The cheaper fixes when the graph does not change: delete the dead parameter, or
+``static_graph=True`` ("DDP will not search graph in each iteration to detect unused
+parameters": ``DistributedDataParallel``'s docstring, torch 2.13).
 """
 
 from __future__ import annotations

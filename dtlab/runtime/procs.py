@@ -8,10 +8,10 @@ there, with the same result:
 * **forked** (Linux, the default) from this process's rank zygote
   (:class:`.zygote.Zygote`), a fresh interpreter started once, in this process's environment and
   working directory, that has imported torch and nothing of dtlab and never touches CUDA. A fork
-  costs ~0.1 s of CPU where a fresh ``import torch`` costs seconds (3.3 CPU-s on the 2-core test
-  machine), for each rank of each launch. What a fresh interpreter would read as it starts (the
-  ``PYTHON*``, ``LD_*`` variables: :data:`AT_START`) is the zygote's: a launch whose ranks set one
-  differently gets a zygote of its own.
+  costs a small part of the CPU a fresh ``import torch`` costs, for each rank of each launch
+  (measured: BENCHMARKS.md, section "Launch overhead"). What a fresh interpreter would read as
+  it starts (the ``PYTHON*``, ``LD_*`` variables: :data:`AT_START`) is the zygote's: a launch
+  whose ranks set one differently gets a zygote of its own.
 * **fresh interpreters** (``DTLAB_RANK_ZYGOTE=0``, elsewhere, or when the zygote would not
   start): torch elastic's ``start_processes``, the machinery under ``torchrun``.
 

@@ -23,7 +23,7 @@ really did beside each measured row.
 Terminal: ``dtlab tune --algo Ring,Tree --proto LL,Simple -b 1K -e 1G [--json]``.
 On CPUs (gloo) the sweep runs the same way, but NCCL is not involved: the settings change
 nothing and the algorithm/protocol/channels/transport columns stay empty (``df.attrs["notes"]``).
-Recorded on 2 GPUs: ``bench/tuning_gpu.py``.
+Recorded on 2 GPUs: ``benchmarks/tuning_gpu.py``.
 """
 
 from .account import annotate, call_bytes, debug_env, read_account

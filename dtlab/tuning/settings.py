@@ -71,7 +71,7 @@ GROUPS: dict[str, list[str]] = {
     "protocols": ["default", "ll", "ll128", "simple"],
     "channels": ["default", "max_channels_1", "max_channels_4"],
     "quick": ["default", "ring", "tree", "ll", "simple"],  # `dtlab tune` with no axis given
-    # what notebook 06 shows (bench/tuning_gpu.py records it on 2 GPUs)
+    # what notebook 06 shows (benchmarks/tuning_gpu.py records it on 2 GPUs)
     "course": ["default", "shm", "net", "ring", "tree", "ll", "ll128", "simple",
                "max_channels_1", "max_channels_4"],
 }

@@ -19,7 +19,7 @@ import pytest
 
 from conftest import assert_no_descendants
 from dtlab.capstone import CONFIGS, n_params, train
-from dtlab.capstone.panel import GpuPanel
+from dtlab.monitor import GpuPanel
 
 STEPS = 30
 

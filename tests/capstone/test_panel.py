@@ -1,4 +1,4 @@
-"""The live GPU panel and the step bar (dtlab/capstone/panel.py), on CPU: nvidia-smi and NVML are
+"""The live GPU panel and the step bar (dtlab/monitor/gpu.py), on CPU: nvidia-smi and NVML are
 fakes here (synthetic, recorded-looking output), the notebook display is a fake handle. No rank
 starts in this file; tests/capstone/test_capstone_train.py runs the bar and a fake panel around
 a real launch.
@@ -14,8 +14,8 @@ import types
 
 import pytest
 
-from dtlab.capstone import panel as P
 from dtlab.capstone.train import progress_mode, train
+from dtlab.monitor import gpu as P
 
 # synthetic, in the shape `nvidia-smi --query-gpu=index,name,utilization.gpu,memory.used,
 # memory.total --format=csv,noheader,nounits` prints on a 2x H100 machine mid-training (and a

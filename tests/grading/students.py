@@ -18,7 +18,7 @@ MARKER = "dtlab-attack-marker"   # in every process an attacker starts: none may
 
 def solved(release_path: str, source_path: str):
     """The student version with every solution cell answered as in the source: what a student
-    who gets everything right hands in (bench/autograde.py uses it too)."""
+    who gets everything right hands in (benchmarks/autograde.py uses it too)."""
     nb = nbformat.read(release_path, as_version=4)
     src = nbformat.read(source_path, as_version=4)
     answers = {c.metadata.nbgrader["grade_id"]: c for c in src.cells

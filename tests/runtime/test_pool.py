@@ -142,7 +142,7 @@ def test_500_cells_do_not_leak(pool):
     assert fds1 <= fds0, f"parent file descriptors grew {fds0} -> {fds1}"
     # bound: 8 MiB of resident memory growth per rank over 500 cells
     assert all(b - a < 8 << 20 for a, b in zip(rss0, rss1)), (rss0, rss1)
-    assert per_cell < 0.5  # a sanity bound, not a benchmark (bench/pool.py measures)
+    assert per_cell < 0.5  # a sanity bound, not a benchmark (benchmarks/pool.py measures)
 
 
 def test_a_rank_printing_100_mb_does_not_block(pool, capsys, monkeypatch):

@@ -11,8 +11,8 @@ over rounds of each round's median step time, tokens/s per GPU, MFU against a bf
 timed on the same GPU in the same job, and the peak memory of its own steps (the other model's
 resident shards subtracted). Verdict: dtlab's step time <= 1.02 x HF's. Random token ids.
 
-    PYTHONPATH=. python3 bench/capstone_vs_hf.py --json out.json            # 1b, all GPUs
-    PYTHONPATH=. python3 bench/capstone_vs_hf.py --size tiny --backend gloo --steps 3   # smoke
+    PYTHONPATH=. python3 benchmarks/capstone_vs_hf.py --json out.json            # 1b, all GPUs
+    PYTHONPATH=. python3 benchmarks/capstone_vs_hf.py --size tiny --backend gloo --steps 3   # smoke
 """
 
 from __future__ import annotations

@@ -13,8 +13,8 @@ Four contenders, interleaved round-robin so machine noise hits all of them alike
 
 Each does: N ranks start, join the default group, all_reduce one element, tear down.
 
-    python bench/launch.py                    # 2 ranks, auto backend, 7 rounds
-    python bench/launch.py --rounds 11 --json out.json
+    python benchmarks/launch.py                    # 2 ranks, auto backend, 7 rounds
+    python benchmarks/launch.py --rounds 11 --json out.json
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.join(ROOT, "bench"))  # bench/common.py: the work being timed
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))  # benchmarks/common.py: the work being timed
 
 TORCHRUN_SCRIPT = """
 import os, sys, torch, torch.distributed as dist
@@ -49,7 +49,7 @@ dist.destroy_process_group()
 
 COLD = """
 import sys
-sys.path[:0] = [{root!r}, {root!r} + "/bench"]
+sys.path[:0] = [{root!r}, {root!r} + "/benchmarks"]
 import dtlab
 from common import trivial_all_reduce
 assert dtlab.run(trivial_all_reduce, nprocs={n}, backend={backend!r}).values == [{n}.0] * {n}
@@ -78,7 +78,7 @@ def main() -> None:
         f.write(TORCHRUN_SCRIPT)
     from common import trivial_all_reduce
 
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.path.join(ROOT, "bench")]))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.path.join(ROOT, "benchmarks")]))
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                 f"--nproc_per_node={a.nprocs}", script, backend]
     cold = [sys.executable, "-c", COLD.format(root=ROOT, n=a.nprocs, backend=backend)]

@@ -2,7 +2,7 @@
 
 On a machine with 2+ GPUs, from the repo root:
 
-    PYTHONPATH=. python3 bench/tuning_gpu.py --out DIR
+    PYTHONPATH=. python3 benchmarks/tuning_gpu.py --out DIR
 
 runs :func:`dtlab.tuning.sweep` for all_reduce, 1 KiB .. 1 GiB (x2), 5 warm-up + 20 timed calls
 per size, under these settings, each in fresh ranks with NCCL_NVLS_ENABLE=0:
@@ -94,7 +94,7 @@ def readme(prov: dict, args, wall: dict, df, log_bytes: int, skipped: list[str])
     where = "GPUs" if args.backend == "nccl" else f"CPU ranks ({args.backend}: a trial run)"
     timing = "CUDA-event timing" if args.backend == "nccl" else "perf_counter timing"
     lines = [f"# NCCL tuning sweep (dtlab.tuning), all_reduce on {where}", "",
-             "Real output of `bench/tuning_gpu.py`, not edited.", ""]
+             "Real output of `benchmarks/tuning_gpu.py`, not edited.", ""]
     lines += [f"- {k}: {v}" for k, v in prov.items()]
     lines += ["- interconnect: `topo.txt` (`nvidia-smi topo -m`)",
               "- NCCL_NVLS_ENABLE=0 in every setting (NVLink multicast kept off)",

@@ -5,7 +5,7 @@ engines join one here, as a user would): ``t = torch.ones(1); dist.all_reduce(t)
 Timed in one process, interleaved block by block, so machine noise hits both alike.
 
     pip install ipyparallel        # not a dtlab dependency
-    python bench/ipyparallel_cell.py --cells 200 --blocks 5
+    python benchmarks/ipyparallel_cell.py --cells 200 --blocks 5
 """
 
 from __future__ import annotations

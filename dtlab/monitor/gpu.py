@@ -6,8 +6,8 @@ updated in place while the cell waits for the ranks.
         ...                                    # anything that keeps the GPUs busy
     print(panel.format_summary())              # mean/max utilisation, peak memory per GPU
 
-``train()`` wraps its launch in one (``panel=``; on when GPUs are visible) and returns
-``panel.summary()`` as ``result["gpu_panel"]``.
+The capstone's ``train()`` (:mod:`dtlab.capstone.train`) wraps its launch in one (``panel=``; on
+when GPUs are visible) and returns ``panel.summary()`` as ``result["gpu_panel"]``.
 
 How it works, and why:
 
@@ -21,10 +21,10 @@ How it works, and why:
   imports and starts, else ``nvidia-smi --query-gpu=... --format=csv,noheader,nounits`` with a
   timeout. Both count every GPU of the machine (neither reads ``CUDA_VISIBLE_DEVICES``). Without
   either, or with no GPU, the panel is off: one line says why, no thread polls GPUs.
-* **Where the steps come from.** ``train()`` names a file; rank 0 appends one JSON line per
-  step to it (``rank_train(progress_file=...)``), and :class:`StepProgress` tails it with the
-  runtime's own :class:`~dtlab.runtime.output.FileTail`. Rank output still streams into the
-  rank panes; only the N step lines go to the bar instead.
+* **Where the steps come from.** The caller names a file (the capstone's ``train()`` does);
+  rank 0 appends one JSON line per step to it (``rank_train(progress_file=...)``), and
+  :class:`StepProgress` tails it with the runtime's own :class:`~dtlab.runtime.output.FileTail`.
+  Rank output still streams into the rank panes; only the N step lines go to the bar instead.
 * **One display handle, not widgets** (as :mod:`dtlab.tuning.progress`): text and HTML updated
   by ``display_id`` are saved with the notebook and survive nbclient/nbgrader execution, where
   widget state would be lost. In a terminal: a compact line every ``line_every`` seconds, and

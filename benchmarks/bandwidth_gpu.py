@@ -2,7 +2,7 @@
 
 On a machine with 2+ GPUs (one rank per GPU, NCCL, CUDA-event timing), from the repo root:
 
-    PYTHONPATH=. python3 bench/bandwidth_gpu.py --out bandwidth_gpu.txt
+    PYTHONPATH=. python3 benchmarks/bandwidth_gpu.py --out bandwidth_gpu.txt
 
 runs :func:`dtlab.bench.sweep` over all_reduce, all_gather, reduce_scatter, broadcast, reduce,
 all_to_all and sendrecv from 8 B to 1 GiB (x2), 5 warmup + 20 timed calls per size and column,

@@ -4,8 +4,8 @@ The cell all-reduces one element on 2 ranks. The pool pays the launch once; ``dt
 every cell. Both are timed in this one process, interleaved (a block of pool cells, then one
 relaunch), so machine noise hits both alike.
 
-    python bench/pool.py                      # 2 ranks, auto backend
-    python bench/pool.py --cells 200 --relaunches 5 --json out.json
+    python benchmarks/pool.py                      # 2 ranks, auto backend
+    python benchmarks/pool.py --cells 200 --relaunches 5 --json out.json
 
 Goal (issue 3): <= 20 ms per cell on 2-core CPU gloo, and >= 200x faster than relaunching.
 """
@@ -20,7 +20,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from common import trivial_all_reduce  # noqa: E402  (bench/common.py, beside this script)
+from common import trivial_all_reduce  # noqa: E402  (benchmarks/common.py, beside this script)
 
 CELL = "t = torch.ones(1, device=device); dist.all_reduce(t); t.item()"
 

@@ -6,8 +6,8 @@ timestamp, written by the rank itself); the verdict time is when ``reproduce`` h
 diagnosis in hand (the evidence written and read back). The goal (issue 6): the collective
 timeout (``init_process_group(timeout=)``) + 10 s.
 
-    python bench/hang_verdict.py                       # gloo, 3 ranks, every kind
-    python bench/hang_verdict.py --pg-timeout 5 --kinds size_mismatch,rank_killed
+    python benchmarks/hang_verdict.py                       # gloo, 3 ranks, every kind
+    python benchmarks/hang_verdict.py --pg-timeout 5 --kinds size_mismatch,rank_killed
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
 DDP's constructor imports ``torch._dynamo`` (~800 modules); the rank zygote imports it once
 (``dtlab/runtime/procs.py``, WARM_PRELOAD), so a forked rank finds it imported.
 
-    python bench/ddp_launch.py --rounds 7
+    python benchmarks/ddp_launch.py --rounds 7
 """
 
 from __future__ import annotations

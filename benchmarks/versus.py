@@ -2,10 +2,10 @@
 
 A change to the runtime must not make either slower; on a shared, noisy machine only a
 comparison measured in the same run, interleaved round by round, can say so. The other commit
-is checked out into a temporary git worktree; each round runs ``bench/versus.py --probe`` once
+is checked out into a temporary git worktree; each round runs ``benchmarks/versus.py --probe`` once
 per tree, in a fresh interpreter with that tree first on ``sys.path``.
 
-    python bench/versus.py --base HEAD~5 --rounds 7
+    python benchmarks/versus.py --base HEAD~5 --rounds 7
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def main() -> None:
             order = list(trees.items())
             for name, tree in (order if i % 2 == 0 else order[::-1]):  # no first-mover bias
                 env = dict(os.environ, PYTHONPATH=tree, DTLAB_OUTPUT="none")
-                p = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "versus.py"),
+                p = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "versus.py"),
                                     "--probe", "--cells", str(a.cells), "--launches",
                                     str(a.launches), "--backend", a.backend], env=env, cwd=tmp, capture_output=True,
                                    text=True)

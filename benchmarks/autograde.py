@@ -6,11 +6,11 @@ into the gradebook) on submissions whose every answer is right, so every test ru
 ``--busy N`` starts N busy loops beside it (the oversubscribed machine); the scores must be full
 either way -- a grade must not depend on what else the machine does.
 
-    python bench/autograde.py                           # one student, nine notebooks, idle
-    python bench/autograde.py --busy 6                  # the same, 6 busy loops on the cores
-    python bench/autograde.py --students 4 --jobs 1,2,4 --notebooks 02_bandwidth,03_topology,04_multinode,06_nccl
-    python bench/autograde.py --json out.json           # the figures, for BENCHMARKS.md
-    git worktree add /tmp/before 44a5f48 && python bench/autograde.py --tree /tmp/before
+    python benchmarks/autograde.py                           # one student, nine notebooks, idle
+    python benchmarks/autograde.py --busy 6                  # the same, 6 busy loops on the cores
+    python benchmarks/autograde.py --students 4 --jobs 1,2,4 --notebooks 02_bandwidth,03_topology,04_multinode,06_nccl
+    python benchmarks/autograde.py --json out.json           # the figures, for BENCHMARKS.md
+    git worktree add /tmp/before 44a5f48 && python benchmarks/autograde.py --tree /tmp/before
                                                         # the same with an earlier commit's dtlab
 
 Pinned to 2 cores (``--cores``), as CI and the goal (<= 10 min idle for nine notebooks) assume.

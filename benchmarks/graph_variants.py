@@ -1,7 +1,7 @@
 """Why does a CUDA-graph-replayed torch all_reduce take ~2x nccl-tests -G with the same kernel?
 Variants side by side in one job, 8 B all_reduce on 2 ranks (2 GPUs), per call:
 
-    PYTHONPATH=. NCCL_NVLS_ENABLE=0 python3 bench/graph_variants.py
+    PYTHONPATH=. NCCL_NVLS_ENABLE=0 python3 benchmarks/graph_variants.py
 
 Each variant is a fresh 2-rank launch (NCCL reads its variables when a rank starts): eager
 (host-timed loop of 200 calls) and graph replays, with `iters` calls captured per graph and

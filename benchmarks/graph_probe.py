@@ -1,7 +1,7 @@
 """Where a CUDA-graph-captured torch all_reduce (or sendrecv) spends its time beyond NCCL's
 kernel (2 GPUs).
 
-    PYTHONPATH=. NCCL_NVLS_ENABLE=0 python3 bench/graph_probe.py OUT_DIR [OP]
+    PYTHONPATH=. NCCL_NVLS_ENABLE=0 python3 benchmarks/graph_probe.py OUT_DIR [OP]
 
 Side by side in one job, 8 B all_reduce on 2 ranks (or sendrecv posted as dtlab.bench.timing
 posts it: batch_isend_irecv, waiting on each work; sendrecv_last waits on the last work only,
