@@ -352,7 +352,7 @@ def _format_sites(d: dict) -> str:
 
 def format_report(r: dict) -> str:
     """The run, what the bug really does, then the diagnosis as ``dtlab diagnose`` prints it."""
-    from ..hang.diagnose import Diagnosis, render
+    from ..hang.diagnose import Diagnosis
 
     d = r["diagnosis"]
     diag = Diagnosis(**{k: d[k] for k in ("failure_class", "culprit_ranks", "collective_seq",
@@ -372,4 +372,4 @@ def format_report(r: dict) -> str:
                                                            else ""),
         f"expected: {e['behaviour']}, diagnosed as {e['failure_class']}: {e['looks_like']}",
         f"evidence: {r['evidence_dir']}", "",
-        render(diag), "", f"sites         : {sites or '-'}", *against])
+        diag.render(), "", f"sites         : {sites or '-'}", *against])

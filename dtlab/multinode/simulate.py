@@ -3,7 +3,8 @@
 Contract: :func:`simulate` starts one real torchrun agent per simulated node (c10d rendezvous,
 ``--max-restarts 0``), each running ``python -m dtlab.multinode.check`` on its ranks, and
 returns the check's report with how the nodes were laid out, or -- when the launch fails or a
-``fault`` was injected -- the diagnosis of what the consoles say. Modes:
+``fault`` was injected -- the diagnosis of what the consoles say (``"diagnosis"``: the
+:class:`~dtlab.multinode.diagnose.Diagnosis`'s ``to_dict()``, JSON like the rest). Modes:
 
 * ``netns`` (root): each node in its own network namespace with its own address
   (:class:`.netns.Network`), its own hostname (a UTS namespace), ``GLOO_SOCKET_IFNAME=eth0``;
@@ -42,7 +43,7 @@ import time
 from ..runtime.agents import Agents
 from ..runtime.supervisor import make_run_dir
 from . import netns
-from .diagnose import diagnose
+from .diagnose import Diagnosis, diagnose
 from .faults import FAULTS, NEEDS_NETNS, RDZV_PORT, apply
 
 MODES = ("auto", "netns", "localhost")
@@ -199,7 +200,7 @@ def simulate(nodes: int = 2, procs_per_node: int = 2, mode: str = "auto",
                 shutil.rmtree(run_dir, ignore_errors=True)
         diag = diagnose(consoles, codes, report, plan, qdiscs=qdiscs, paths=paths)
         res = _result(mode, note, fault, injected, nodes, procs_per_node, plan, launch, codes,
-                      report, diag, time.monotonic() - t0, ag)
+                      report, diag.to_dict(), time.monotonic() - t0, ag)
         res["paths"], res["qdiscs"], res["plan"] = paths, qdiscs, plan
         if measured is not None:
             res["iperf3"] = measured
@@ -320,12 +321,12 @@ def _result(mode, note, fault, injected, n, ppn, plan, launch, codes, report, di
             "seconds": round(secs, 1)}
 
 
-def rediagnose(res: dict, paths=...) -> dict:
+def rediagnose(res: dict, paths=...) -> Diagnosis:
     """The diagnosis again, from a rehearsal's result as :func:`simulate` returned it (or as
     recorded in ``data/``). ``paths``: the ``ping -M do`` evidence to use, by default the
     result's own; None reads the consoles as an engineer who has not run ping::
 
-        rediagnose(res, paths=None)["failure_class"]   # 'stalled' where res said 'mtu_mismatch'
+        rediagnose(res, paths=None).failure_class   # 'stalled' where res said 'mtu_mismatch'
     """
     codes = {n["name"]: n["exit_code"] for n in res["nodes"] if n["started"]}
     return diagnose(res["consoles"], codes, None if not res["pairs"] else _report_of(res),

@@ -386,7 +386,7 @@ SHORTCUTS = {
          ("dtlab.multinode's check_world pasted in", lambda: pasted("multinode/world.py", ""))],
     NF: [("dtlab.multinode's diagnosis", lambda: "def name_fault(console_text):\n"
           "    from dtlab.multinode.diagnose import diagnose\n"
-          "    return diagnose(split_consoles(console_text), {}, None, [])['failure_class']\n")],
+          "    return diagnose(split_consoles(console_text), {}, None, []).failure_class\n")],
     TR: [("own-share gradients all-reduced for show, the batch pooled with all_gather",
           lambda: shortcut("05_train_pooled_by_all_gather.py")),
          ("the whole data set read on every rank", lambda: "def train(model, data, steps, per_rank, lr, seed):\n"

@@ -74,6 +74,24 @@ def test_exit_statuses(tmp_path, capsys):
     assert "no evidence" in capsys.readouterr().err
 
 
+def test_render_is_the_diagnosis_own_and_says_why_it_is_unsure():
+    from dtlab.hang.diagnose import Diagnosis, render
+
+    d = diagnose(os.path.join(FIX, "synthetic_fr_json_size"))
+    text = d.render()
+    assert text == render(d)  # the name notebook 07 and dtlab hang use
+    assert text.splitlines()[:4] == ["failure class : size_mismatch", "culprit ranks : 1",
+                                     "collective    : #3 (all_reduce)", "confident     : yes"]
+    tie = Diagnosis("p2p_deadlock", [0, 1], None, "send", "s", [], confident=False)
+    assert "collective    : send (which one: unknown)" in tie.render()
+    assert "confident     : no: no majority singles a rank out" in tie.render()
+    assert "(none that points anywhere)" in tie.render()
+    launch = Diagnosis("stalled", [], None, None, "unsure: s", [], confident=False, about="launch")
+    assert launch.render().splitlines()[:2] == [
+        "failure class : stalled", "confident     : no: the evidence is thin; see the summary"]
+    assert launch.to_dict()["about"] == "launch" and d.to_dict()["about"] == "ranks"
+
+
 def test_evidence_is_clipped_at_a_word_boundary():
     from dtlab.hang.diagnose.notes import clip
 

@@ -24,16 +24,16 @@ CONSOLES = {"node0": "world: 2 of 2 ranks present\n", "node1": SHUTDOWN_RACE}
 
 def test_a_store_error_after_a_run_that_worked_is_no_failure():
     d = diagnose(CONSOLES, {"node0": 0, "node1": 0}, REPORT, PLAN)
-    assert d["failure_class"] == "no_failure", d
+    assert d.failure_class == "no_failure", d
     assert any("did not stop the run" in e["finding"] and "RendezvousConnectionError"
-               in e["finding"] for e in d["evidence"])
+               in e["finding"] for e in d.evidence)
 
 
 def test_the_same_error_in_a_run_that_failed_still_names_the_failure():
     for codes, report in (({"node0": 0, "node1": 1}, REPORT), ({"node0": 0, "node1": 0}, None),
                           ({"node0": 0, "node1": 0}, {**REPORT, "ok": False})):
         d = diagnose(CONSOLES, codes, report, PLAN)
-        assert d["failure_class"] == "launch_failed", (codes, report, d)
+        assert d.failure_class == "launch_failed", (codes, report, d)
 
 
 def test_agents_stopped_at_the_time_limit_without_failing_is_unfinished_not_a_failure():
@@ -41,14 +41,14 @@ def test_agents_stopped_at_the_time_limit_without_failing_is_unfinished_not_a_fa
     consoles = {"node0": "", "node1": "node_rank is only used for static rdzv_backend. It will "
                 "be ignored for rdzv_backend=c10d.\n"}
     d = diagnose(consoles, {"node0": None, "node1": None}, None, PLAN)
-    assert d["failure_class"] == "unfinished", d
-    assert [e["file"] for e in d["evidence"]] == ["node0.log", "node1.log"]
-    assert "node_rank is only used" in d["evidence"][1]["finding"]
+    assert d.failure_class == "unfinished", d
+    assert [e["file"] for e in d.evidence] == ["node0.log", "node1.log"]
+    assert "node_rank is only used" in d.evidence[1]["finding"]
     # one agent failed while the other still ran: that failure is named as before
     d = diagnose(consoles, {"node0": 1, "node1": None}, None, PLAN)
-    assert d["failure_class"] == "launch_failed", d
+    assert d.failure_class == "launch_failed", d
     # a cluster's logs without exit codes: nothing says the agents were stopped
-    assert diagnose(consoles, {}, None, PLAN)["failure_class"] == "launch_failed"
+    assert diagnose(consoles, {}, None, PLAN).failure_class == "launch_failed"
 
 
 # node1's console of `simulate --fault mtu_mismatch` (real, 2026-11-27, torch 2.13; three lines of
@@ -73,35 +73,35 @@ SHORT = [{"src": "node0", "dst": "node1", "mtu": 9000, "largest_payload": 1472, 
 def test_a_stall_is_named_mtu_mismatch_only_when_a_ping_probe_finds_a_short_path():
     consoles, codes = {"node0": "", "node1": STALL}, {"node0": None, "node1": 1}
     d = diagnose(consoles, codes, None, NET_PLAN, paths=SHORT)
-    assert d["failure_class"] == "mtu_mismatch", d
-    assert any("1472 B" in e["finding"] and "MTU 9000" in e["finding"] for e in d["evidence"])
-    assert any("ALLREDUCE of shape [65536]" in e["finding"] for e in d["evidence"])
+    assert d.failure_class == "mtu_mismatch", d
+    assert any("1472 B" in e["finding"] and "MTU 9000" in e["finding"] for e in d.evidence)
+    assert any("ALLREDUCE of shape [65536]" in e["finding"] for e in d.evidence)
     # no probe: unsure, and the summary names the test that would tell
     d = diagnose(consoles, codes, None, NET_PLAN)
-    assert d["failure_class"] == "stalled" and d["summary"].startswith("unsure"), d
-    assert "ping -M do -s" in d["summary"] and "10.213.38.1" in d["summary"]
+    assert d.failure_class == "stalled" and d.summary.startswith("unsure"), d
+    assert "ping -M do -s" in d.summary and "10.213.38.1" in d.summary
     # a probe that finds the whole MTU crossing: unsure, and not the MTU
     d = diagnose(consoles, codes, None, NET_PLAN, paths=FULL)
-    assert d["failure_class"] == "stalled" and "not the MTU" in d["summary"], d
+    assert d.failure_class == "stalled" and "not the MTU" in d.summary, d
     # a short path, but not the stalled pair's (node0 -> node2; node1 stalled on node0): unsure
     plan3 = NET_PLAN + [{**NET_PLAN[1], "name": "node2", "address": "10.213.38.3"}]
     elsewhere = [{**FULL[0]}, {**SHORT[0], "dst": "node2"}]
     d = diagnose({**consoles, "node2": ""}, {**codes, "node2": None}, None, plan3, paths=elsewhere)
-    assert d["failure_class"] == "stalled" and "not the MTU" in d["summary"], d
+    assert d.failure_class == "stalled" and "not the MTU" in d.summary, d
     d = diagnose({**consoles, "node2": ""}, {**codes, "node2": None}, None, plan3, paths=SHORT[:0])
-    assert d["failure_class"] == "stalled" and "ping -M do -s" in d["summary"], d
+    assert d.failure_class == "stalled" and "ping -M do -s" in d.summary, d
 
 
 def test_a_short_path_in_a_run_that_worked_is_evidence_not_a_failure():
     """One host at 1500 among 9000s: TCP's MSS hides it (measured), the run works."""
     d = diagnose(CONSOLES, {"node0": 0, "node1": 0}, REPORT, PLAN, paths=SHORT)
-    assert d["failure_class"] == "no_failure", d
-    assert any(e["kind"] == "path" for e in d["evidence"])
+    assert d.failure_class == "no_failure", d
+    assert any(e["kind"] == "path" for e in d.evidence)
     # a run that only hung (as a black hole between real hosts does): unsure, the path beside it
     d = diagnose({"node0": "", "node1": ""}, {"node0": None, "node1": None}, None, PLAN,
                  paths=SHORT)
-    assert d["failure_class"] == "unfinished" and "ping -M do" in d["summary"], d
-    assert any(e["kind"] == "path" for e in d["evidence"])
+    assert d.failure_class == "unfinished" and "ping -M do" in d.summary, d
+    assert any(e["kind"] == "path" for e in d.evidence)
 
 
 # node1's console of `simulate --fault blocked_data_ports` (real, 2026-11-27; trimmed), with a
@@ -125,13 +125,13 @@ def test_a_port_beyond_the_rendezvous_that_times_out_is_blocked_data_ports():
             for i, p in enumerate(NET_PLAN)]
     host = "torch.distributed.DistStoreError: wait timeout after 5000ms, keys: /default_pg/0//cpu//0/1\n"
     d = diagnose({"node0": host, "node1": BLOCKED}, {"node0": 1, "node1": 1}, None, plan)
-    assert d["failure_class"] == "blocked_data_ports", d
-    assert "41601" in d["summary"] and "29400" in d["summary"]
-    assert any("wait timeout" in e["finding"] for e in d["evidence"])
+    assert d.failure_class == "blocked_data_ports", d
+    assert "41601" in d.summary and "29400" in d.summary
+    assert any("wait timeout" in e["finding"] for e in d.evidence)
     # the same console refused on that port after the rendezvous: nothing listens, no firewall
     refused = BLOCKED + "[I1127 20:47:30.1 socket.cpp:931] (errno: 111 - Connection refused)\n"
     d = diagnose({"node0": host, "node1": refused}, {"node0": 1, "node1": 1}, None, plan)
-    assert d["failure_class"] != "blocked_data_ports", d
+    assert d.failure_class != "blocked_data_ports", d
 
 
 def test_the_recorded_rehearsals_diagnose_again_as_recorded():
@@ -148,10 +148,10 @@ def test_the_recorded_rehearsals_diagnose_again_as_recorded():
             return json.load(f)
 
     mtu, ports = load("mtu_mismatch.json"), load("blocked_data_ports.json")
-    assert rediagnose(mtu)["failure_class"] == "mtu_mismatch"
-    assert rediagnose(mtu, paths=None)["failure_class"] == "stalled"
-    assert rediagnose(ports)["failure_class"] == "blocked_data_ports"
-    assert rediagnose(load("slow_link-iperf.json"))["failure_class"] == "slow_link"
+    assert rediagnose(mtu).failure_class == "mtu_mismatch"
+    assert rediagnose(mtu, paths=None).failure_class == "stalled"
+    assert rediagnose(ports).failure_class == "blocked_data_ports"
+    assert rediagnose(load("slow_link-iperf.json")).failure_class == "slow_link"
     slow = load("slow_link-iperf.json")  # at 100 Mbit/s the link is the bound: busbw ~ iperf3
     assert 0.9 < slow["bandwidth_GBps"]["across"] * 8 / slow["iperf3"]["Gbps"] < 1.1
     assert "busbw/iperf3" in beside_iperf(slow)

@@ -21,24 +21,8 @@ def diagnose(path: str) -> Diagnosis:
 
 
 def render(d: Diagnosis) -> str:
-    culprit = ", ".join(map(str, d.culprit_ranks)) or "-"
-    lines = [f"failure class : {d.failure_class}",
-             f"culprit ranks : {culprit}",
-             "collective    : " + (f"#{d.collective_seq}" + (f" ({d.op})" if d.op else "")
-                                    if d.collective_seq else
-                                    f"{d.op} (which one: unknown)" if d.op else "-"),
-             f"confident     : {'yes' if d.confident else 'no: ' + _unsure(d)}",
-             "", d.summary, "", "evidence:"]
-    for e in d.evidence:
-        lines.append(f"  [{e['kind']}] {e['file']}: {e['finding']}")
-    if not d.evidence:
-        lines.append("  (none that points anywhere)")
-    return "\n".join(lines)
-
-
-def _unsure(d: Diagnosis) -> str:
-    return ("no majority singles a rank out" if len(d.culprit_ranks) > 1
-            else "the evidence is thin; see the summary")
+    """``d.render()`` (notebook 07 and ``dtlab hang`` call it by this name)."""
+    return d.render()
 
 
 def main(path: str, as_json: bool = False) -> int:
@@ -49,5 +33,5 @@ def main(path: str, as_json: bool = False) -> int:
     except NoEvidence as e:
         print(f"dtlab diagnose: {e}", file=sys.stderr)
         return 2
-    print(json.dumps(d.to_dict(), indent=2) if as_json else render(d))
+    print(json.dumps(d.to_dict(), indent=2) if as_json else d.render())
     return 0 if d.failure_class == "no_failure" else 1

@@ -39,7 +39,11 @@ class Diagnosis:
     ``confident`` is False when the verdict rests on thin evidence (a byte count, stacks alone)
     or no majority singles a rank out: a second look (TORCH_DISTRIBUTED_DEBUG=DETAIL, Flight
     Recorder, a third rank) is worth it. ``evidence``: {file, kind, finding} items, including
-    one ``unreadable`` item per file that was skipped or could not be made sense of."""
+    one ``unreadable`` item per file that was skipped or could not be made sense of.
+
+    ``about``: what the verdict is about -- ``"ranks"``, one job's ranks and their collectives
+    (``dtlab diagnose``), or ``"launch"``, a multi-node launch (:mod:`dtlab.multinode.diagnose`),
+    where no rank or collective is named and :meth:`render` leaves those lines out."""
 
     failure_class: str
     culprit_ranks: list[int]
@@ -49,12 +53,35 @@ class Diagnosis:
     evidence: list[dict] = field(default_factory=list)
     confident: bool = True
     root_ranks: list[int] = field(default_factory=list)
+    about: str = "ranks"
 
     def to_dict(self) -> dict:
         return {"failure_class": self.failure_class, "culprit_ranks": self.culprit_ranks,
                 "root_ranks": self.root_ranks, "collective_seq": self.collective_seq,
                 "op": self.op, "confident": self.confident, "summary": self.summary,
-                "evidence": self.evidence}
+                "evidence": self.evidence, "about": self.about}
+
+    def render(self) -> str:
+        """The verdict as ``dtlab diagnose`` prints it: the class, the ranks and collective (for
+        a verdict about ranks), whether it is sure and why not, the summary, the evidence."""
+        lines = [f"failure class : {self.failure_class}"]
+        if self.about == "ranks":
+            lines += [f"culprit ranks : {', '.join(map(str, self.culprit_ranks)) or '-'}",
+                      "collective    : " + (
+                          f"#{self.collective_seq}" + (f" ({self.op})" if self.op else "")
+                          if self.collective_seq else
+                          f"{self.op} (which one: unknown)" if self.op else "-")]
+        lines += [f"confident     : {'yes' if self.confident else 'no: ' + self._unsure()}",
+                  "", self.summary, "", "evidence:"]
+        for e in self.evidence:
+            lines.append(f"  [{e['kind']}] {e['file']}: {e['finding']}")
+        if not self.evidence:
+            lines.append("  (none that points anywhere)")
+        return "\n".join(lines)
+
+    def _unsure(self) -> str:
+        return ("no majority singles a rank out" if len(self.culprit_ranks) > 1
+                else "the evidence is thin; see the summary")
 
 
 class Verdict:
