@@ -89,6 +89,5 @@ def run(args) -> int:
         return status  # as a shell reports a process ended by that signal
     emit(Plain(res, render(res)), args.json)
     if args.fault:
-        unnamed = ("launch_failed", "unfinished", "stalled")  # the diagnosis could not name it
-        return 0 if res["diagnosis"]["failure_class"] not in unnamed else 1
+        return 0 if res["diagnosis"]["confident"] else 1  # named, or unsure: not found
     return 0 if res["ok"] else 1

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from dtlab.hang import NoEvidence, diagnose
-from dtlab.hang.diagnose import main
+from dtlab.cli import main as dtlab
 from dtlab.hang.diagnose.load import plain_pickle
 
 FIX = os.path.join(os.path.dirname(__file__), "fixtures")
@@ -17,7 +17,7 @@ FIX = os.path.join(os.path.dirname(__file__), "fixtures")
 def test_empty_folder_is_a_clear_error(tmp_path):
     with pytest.raises(NoEvidence, match="no evidence"):
         diagnose(str(tmp_path))
-    assert main(str(tmp_path)) == 2
+    assert dtlab(["diagnose", str(tmp_path)]) == 2
 
 
 def test_missing_folder_and_garbage(tmp_path):
@@ -68,9 +68,9 @@ def test_synthetic_evidence(name, cls, culprit, seq):
 
 
 def test_exit_statuses(tmp_path, capsys):
-    assert main(os.path.join(FIX, "synthetic_clean_run")) == 0  # no failure
-    assert main(os.path.join(FIX, "synthetic_cuda_oom")) == 1  # failure found
-    assert main(str(tmp_path)) == 2  # no usable evidence
+    assert dtlab(["diagnose", os.path.join(FIX, "synthetic_clean_run")]) == 0  # no failure
+    assert dtlab(["diagnose", os.path.join(FIX, "synthetic_cuda_oom")]) == 1  # failure found
+    assert dtlab(["diagnose", str(tmp_path)]) == 2  # no usable evidence
     assert "no evidence" in capsys.readouterr().err
 
 

@@ -12,7 +12,7 @@ from collections import OrderedDict
 import pytest
 
 from dtlab.hang import NoEvidence, diagnose
-from dtlab.hang.diagnose import main
+from dtlab.cli import main as dtlab
 
 L = importlib.import_module("dtlab.hang.diagnose.load")  # the module (the package exports load())
 
@@ -112,7 +112,7 @@ def test_only_unreadable_files_is_no_evidence_and_exit_status_2(tmp_path, capsys
     (tmp_path / "fr_trace_0").write_bytes(pickle.dumps([1]))
     with pytest.raises(NoEvidence, match="rank0.log: a FIFO"):
         diagnose(str(tmp_path))
-    assert main(str(tmp_path)) == 2
+    assert dtlab(["diagnose", str(tmp_path)]) == 2
     assert "Traceback" not in capsys.readouterr().err
 
 

@@ -35,12 +35,12 @@ import importlib
 
 from .load import NoEvidence, load
 
-__all__ = ["diagnose", "Diagnosis", "NoEvidence", "CLASSES", "render", "main", "gather", "load"]
+__all__ = ["diagnose", "Diagnosis", "NoEvidence", "CLASSES", "render", "gather", "load"]
 
 # The rest is imported when first asked for: an exercise's world may lack the verdict (07's
 # classify) or the facts (07's diagnosis) and still read evidence with ``load``.
 _LAZY = {"gather": "facts", "CLASSES": "verdict", "Diagnosis": "verdict", "decide": "verdict",
-         "diagnose": "pipeline", "render": "pipeline", "main": "pipeline"}
+         "diagnose": "pipeline", "render": "pipeline"}
 
 
 def __getattr__(name: str):
