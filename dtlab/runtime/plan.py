@@ -191,7 +191,7 @@ def rank_envs(plan: Plan, master_port: int, extra: dict[str, str] | None = None
         "ROLE_WORLD_SIZE": str(n),
         "MASTER_ADDR": "127.0.0.1",
         "MASTER_PORT": str(master_port),
-        # nothing a single-host launch starts listens beyond loopback (ARCHITECTURE.md)
+        # nothing a single-host launch starts listens beyond loopback (dtlab/runtime/README.md)
         "GLOO_SOCKET_IFNAME": "lo",
         # The parent hosts the rendezvous TCPStore, as torchrun's agent does; ranks are clients.
         "TORCHELASTIC_USE_AGENT_STORE": "True",

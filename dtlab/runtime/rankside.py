@@ -71,7 +71,7 @@ def bootstrap(run_dir: str, parent: int) -> dict:
     the pid of this rank's parent, watched from now on (:func:`.guard.start` returns it)."""
     # PR_SET_CHILD_SUBREAPER: a descendant orphaned by its parent (a daemon that double-forked,
     # a child whose shell exited) stays in this rank's tree instead of going to init, so the
-    # rank's tree holds everything it started (ARCHITECTURE.md, "Nothing survives")
+    # rank's tree holds everything it started (dtlab/runtime/README.md, "Nothing survives")
     guard.become_subreaper()
     _watch_parent(parent)
     # a blocked mask is inherited: the rank takes interrupts whatever its launcher had blocked
@@ -161,7 +161,7 @@ def finish(code: int, destroy: bool) -> None:
         except Exception:
             pass
         flush_output()
-    end_descendants()  # nothing a rank started outlives it (ARCHITECTURE.md)
+    end_descendants()  # nothing a rank started outlives it (dtlab/runtime/README.md)
     # os._exit: a failed rank must not wait on communicator destructors or atexit hooks
     os._exit(code)
 

@@ -1,4 +1,4 @@
-"""One owner for the lifetime of a set of ranks and their run folder (ARCHITECTURE.md).
+"""One owner for the lifetime of a set of ranks and their run folder (dtlab/runtime/README.md).
 
 A :class:`Supervisor` is what torch elastic's ``PContext`` + ``LogsSpecs`` are to torchrun: it
 makes the run folder, hosts the rendezvous store, starts the ranks (:class:`.procs.RankProcs`)

@@ -5,7 +5,7 @@ started by :mod:`dtlab.runtime.procs`.
 ``python -m dtlab.runtime.worker serve RUN_DIR SOCKET``     serve a :class:`dtlab.Pool` until closed
 
 Both modes share one init/cleanup path (:mod:`.rankside`). What a one-shot rank leaves in
-RUN_DIR for the parent (ARCHITECTURE.md, "The run folder"): ``result-<rank>.pkl`` with the value,
+RUN_DIR for the parent (dtlab/runtime/README.md, "The run folder"): ``result-<rank>.pkl`` with the value,
 the time spent in ``fn``, when it returned and how many collectives it had issued -- or, when it
 fails, torch elastic's error file and a Flight Recorder dump.
 """

@@ -1,5 +1,5 @@
 """Nothing survives, nothing listens beyond loopback, bad input is refused: the runtime's
-reliability contract (ARCHITECTURE.md), each item as it was once seen to fail."""
+reliability contract (dtlab/runtime/README.md, "Nothing survives"), each item as it was once seen to fail."""
 
 import glob
 import math
