@@ -11,6 +11,8 @@ anything runs (:class:`Parser`). The checks come from the library (:mod:`dtlab.l
 :mod:`dtlab.vocab`, :mod:`dtlab.runtime.plan`), called with the flag as the name, so the text a
 Python caller reads (``iters=0 must be ...``) and the one a terminal shows (``-n 0 must be ...``)
 are one message. Checks *between* flags (``-b`` larger than ``-e``) are the command's ``check``.
+It sits beside the runtime (ARCHITECTURE.md): the leaves' checks at import, the runtime's when a
+flag is read.
 """
 
 from __future__ import annotations
@@ -57,58 +59,48 @@ def _number_text(text: str, flag: str, kind):
             f"{flag} {text!r} is not a {'whole ' if kind is int else ''}number") from None
 
 
+def _read(flag: str, kind, check, name: str | None = None):
+    """``type=`` for a number: the text read as ``kind``, then ``check(value)``, a library check
+    that names ``name`` (default the flag) in its refusal (LaunchError is a ValueError too)."""
+    def convert(text: str):
+        value = _number_text(text, flag, kind)
+        try:
+            return check(value)
+        except ValueError as e:
+            raise as_flag(e, name or flag, value, flag) from None
+    return convert
+
+
 def whole(flag: str, low: int, high: int, why: str = ""):
     """``type=`` for a count: a whole number in [low, high] (:func:`dtlab.limits.whole`)."""
-    def convert(text: str) -> int:
-        value = _number_text(text, flag, int)
-        try:
-            return check_whole(flag, value, low, high, why)
-        except ValueError as e:
-            raise as_flag(e, flag, value) from None
-    return convert
+    return _read(flag, int, lambda v: check_whole(flag, v, low, high, why))
 
 
 def number(flag: str, low: float, high: float, why: str = ""):
     """``type=`` for a real number in [low, high] (:func:`dtlab.limits.number`)."""
-    def convert(text: str) -> float:
-        value = _number_text(text, flag, float)
-        try:
-            return check_number(flag, value, low, high, why)
-        except ValueError as e:
-            raise as_flag(e, flag, value) from None
-    return convert
+    return _read(flag, float, lambda v: check_number(flag, v, low, high, why))
 
 
 def seconds(flag: str = "--timeout"):
     """``type=`` for a launch's timeout (:func:`dtlab.runtime.plan.check_timeout`)."""
-    def convert(text: str) -> float:
-        from .runtime.errors import LaunchError
+    def check(value):
         from .runtime.plan import check_timeout
 
-        value = _number_text(text, flag, float)
-        try:
-            return check_timeout(value, flag)
-        except (ValueError, LaunchError) as e:
-            raise as_flag(e, flag, value) from None
-    return convert
+        return check_timeout(value, flag)
+    return _read(flag, float, check)
 
 
 def nprocs(flag: str = "--nprocs", low: int = 1, why: str = ""):
     """``type=`` for a number of ranks on this machine (:func:`dtlab.runtime.plan.check_nprocs`),
     at least ``low`` (a collective needs 2)."""
-    def convert(text: str) -> int:
-        from .runtime.errors import LaunchError
+    def check(value):
         from .runtime.plan import check_nprocs
 
-        value = _number_text(text, flag, int)
-        try:
-            n = check_nprocs(value)
-        except (ValueError, LaunchError) as e:
-            raise as_flag(e, "nprocs", value, flag) from None
+        n = check_nprocs(value)
         if n < low:
             raise argparse.ArgumentTypeError(f"{flag} {n}: {why or f'give at least {low}'}")
         return n
-    return convert
+    return _read(flag, int, check, "nprocs")
 
 
 def size(flag: str):

@@ -84,10 +84,11 @@ class Diagnosis:
                 else "the evidence is thin; see the summary")
 
 
-class Verdict:
-    """The facts, the evidence items noted so far, and helpers the rules share."""
+class Notes:
+    """What every diagnosis's rules share: the facts, and the evidence items noted so far (each
+    once). The multinode diagnosis (:mod:`dtlab.multinode.diagnose`) builds on it too."""
 
-    def __init__(self, f: Facts):
+    def __init__(self, f):
         self.f = f
         self.evidence: list[dict] = []
 
@@ -95,6 +96,12 @@ class Verdict:
         item = {"file": file, "kind": kind, "finding": finding}
         if item not in self.evidence:
             self.evidence.append(item)
+
+
+class Verdict(Notes):
+    """The facts, the evidence items noted so far, and helpers the rules share."""
+
+    f: Facts
 
     def done(self, cls, culprits, seq, op, summary, confident: bool = True,
              root=()) -> Diagnosis:

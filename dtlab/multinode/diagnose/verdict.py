@@ -11,7 +11,7 @@ pass (a store error in a run that worked).
 
 from __future__ import annotations
 
-from ...hang.diagnose.verdict import Diagnosis
+from ...hang.diagnose.verdict import Diagnosis, Notes
 from . import network, outcome, rendezvous
 from .facts import Facts
 
@@ -25,17 +25,11 @@ CLASSES = ("wrong_ifname", "mtu_mismatch", "stalled", "blocked_data_ports", "wro
            "no_failure", "unfinished", "launch_failed")
 
 
-class Verdict:
-    """The facts, the evidence items noted so far, and the Diagnosis they make."""
+class Verdict(Notes):
+    """The facts, the evidence items noted so far (:class:`dtlab.hang.diagnose.verdict.Notes`),
+    and the Diagnosis they make."""
 
-    def __init__(self, f: Facts):
-        self.f = f
-        self.evidence: list[dict] = []
-
-    def note(self, file: str, kind: str, finding: str) -> None:
-        item = {"file": file, "kind": kind, "finding": finding}
-        if item not in self.evidence:
-            self.evidence.append(item)
+    f: Facts
 
     def done(self, cls: str, summary: str, confident: bool = True) -> Diagnosis:
         """A verdict about the launch: no rank, no collective; ``confident`` False when the
