@@ -19,8 +19,7 @@ import shutil
 import subprocess
 import time
 
-from ..runtime.agents import Agents
-from ..runtime.supervisor import make_run_dir
+from ..runtime.agents import Agents, temporary
 
 PORT = 5201  # iperf3's own default; free in a fresh namespace
 
@@ -73,21 +72,17 @@ def iperf(net, server: int = 0, client: int = -1, seconds: int = 2, timeout: flo
     if client == server % net.n:
         raise ValueError(f"server and client are both node {client}: give two nodes")
     addr = net.addresses[server]
-    run_dir = make_run_dir("dtlab-iperf-")
     cmd = ["iperf3", "-c", addr, "-p", str(PORT), "-J", "-t", str(seconds)]
-    try:
-        with Agents(run_dir) as ag:
-            ag.start("server", [*net.exec_prefix(server), "iperf3", "-s", "-1", "-B", addr,
-                                "-p", str(PORT)], dict(os.environ))
-            _listening(ag, net, server, timeout=5)
-            ag.start("client", [*net.exec_prefix(client), *cmd], dict(os.environ))
-            codes = ag.wait(timeout, ["client"])
-            text = ag.output("client")
-        if codes["client"] is None:
-            raise TimeoutError(f"iperf3 client still running after {timeout} s: stopped")
-        out = parse(text)
-    finally:
-        shutil.rmtree(run_dir, ignore_errors=True)
+    with temporary("dtlab-iperf-") as ag:
+        ag.start("server", [*net.exec_prefix(server), "iperf3", "-s", "-1", "-B", addr,
+                            "-p", str(PORT)], dict(os.environ))
+        _listening(ag, net, server, timeout=5)
+        ag.start("client", [*net.exec_prefix(client), *cmd], dict(os.environ))
+        codes = ag.wait(timeout, ["client"])
+        text = ag.output("client")
+    if codes["client"] is None:
+        raise TimeoutError(f"iperf3 client still running after {timeout} s: stopped")
+    out = parse(text)
     return {**out, "server": f"node{server}", "client": f"node{client}",
             "command": " ".join(cmd)}
 

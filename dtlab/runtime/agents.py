@@ -22,8 +22,10 @@ module only owns their lifetime, as :mod:`.procs` owns the ranks'.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -34,6 +36,21 @@ import psutil
 from . import procs, reaper
 
 _LIVE: "weakref.WeakSet[Agents]" = weakref.WeakSet()
+
+
+@contextlib.contextmanager
+def temporary(prefix: str):
+    """:class:`Agents` under a private run folder of their own, made here and removed once they
+    are stopped (``DTLAB_KEEP_RUNS=1`` keeps it): ``with agents.temporary("dtlab-x-") as ag``."""
+    from .supervisor import make_run_dir
+
+    run_dir = make_run_dir(prefix)
+    try:
+        with Agents(run_dir) as ag:
+            yield ag
+    finally:
+        if not os.environ.get("DTLAB_KEEP_RUNS"):
+            shutil.rmtree(run_dir, ignore_errors=True)
 
 
 class Agents:

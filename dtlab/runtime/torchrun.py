@@ -15,15 +15,13 @@ button) or the kernel's death ends torchrun, every rank it started and their chi
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 import time
 from dataclasses import dataclass
 
-from .agents import Agents
+from .agents import temporary
 from .errors import LaunchError
 from .plan import check_timeout
-from .supervisor import make_run_dir
 
 
 @dataclass
@@ -53,7 +51,6 @@ def torchrun(script: str, *args, nproc: int = 2, timeout: float | None = 300,
             str(nproc), "--tee", "3", script, *map(str, args)]
     shown = " ".join(["torchrun", "--standalone", "--nproc-per-node", str(nproc), script,
                       *map(str, args)])
-    run_dir = make_run_dir("dtlab-torchrun-")
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1",
                 "NCCL_NVLS_ENABLE": os.environ.get("NCCL_NVLS_ENABLE", "0"), **(env or {})}
     t0 = time.monotonic()
@@ -68,25 +65,22 @@ def torchrun(script: str, *args, nproc: int = 2, timeout: float | None = 300,
             sys.stdout.flush()
             seen = end
 
-    try:
-        with Agents(run_dir) as ag:
-            ag.start("torchrun", argv, full_env)
-            while True:
-                code = ag.poll()["torchrun"]
-                text = ag.output("torchrun")
-                shown_up_to(text, text.rfind("\n") + 1)  # whole lines; the rest with its end
-                if code is not None or (timeout is not None and time.monotonic() - t0 > timeout):
-                    break
-                time.sleep(0.1)
-            console = ag.output("torchrun")
-        shown_up_to(console, len(console))
-        secs = time.monotonic() - t0
-        if show:
-            end = f"exit status {code}" if code is not None else f"stopped after {timeout:g} s"
-            print(f"[torchrun: {end}, {secs:.1f} s]", flush=True)
-        return Torchrun(shown, code, console, secs)
-    finally:
-        shutil.rmtree(run_dir, ignore_errors=True)
+    with temporary("dtlab-torchrun-") as ag:
+        ag.start("torchrun", argv, full_env)
+        while True:
+            code = ag.poll()["torchrun"]
+            text = ag.output("torchrun")
+            shown_up_to(text, text.rfind("\n") + 1)  # whole lines; the rest with its end
+            if code is not None or (timeout is not None and time.monotonic() - t0 > timeout):
+                break
+            time.sleep(0.1)
+        console = ag.output("torchrun")
+    shown_up_to(console, len(console))
+    secs = time.monotonic() - t0
+    if show:
+        end = f"exit status {code}" if code is not None else f"stopped after {timeout:g} s"
+        print(f"[torchrun: {end}, {secs:.1f} s]", flush=True)
+    return Torchrun(shown, code, console, secs)
 
 
 _BANNER = ("*****************************************",
