@@ -108,7 +108,7 @@ def pyspy(pid: int, script: str, frames: list[str]) -> str:
             f"Thread {pid} (idle): \"MainThread\"\n" + "".join(f"    {f}\n" for f in frames))
 
 
-def traceback(calls: list[tuple], error: str) -> str:
+def traceback_of(calls: list[tuple], error: str) -> str:
     """A Python traceback through ``calls`` [(file, line, function, code)], outermost first,
     ending in ``error``."""
     return ("Traceback (most recent call last):\n"
