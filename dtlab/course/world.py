@@ -11,6 +11,8 @@ one (``torch``). In the world, each is a stub whose import raises ``ModuleNotFou
 by path. The rest of dtlab is a copy of the real package's ``.py`` files (no ``__pycache__``,
 which would hold the absent modules' code), so a learner may still use what the exercise does
 not answer with (07's classify may read evidence with ``dtlab.hang.diagnose.load``).
+``dtlab.course.checks`` -- the test cells' machinery, reference computations among it -- is
+absent from every world (``GRADERS_ONLY``), whatever ``without`` says.
 
 In a sandbox (:mod:`dtlab.runtime.sandbox`) the copy is bound over the real package's folder and
 each stub over the real module, so the original is nowhere in the sandbox's view. Without one
@@ -31,6 +33,9 @@ from dataclasses import dataclass
 import dtlab
 
 DTLAB_DIR = os.path.dirname(os.path.abspath(dtlab.__file__))
+
+# the test cells' own machinery: it runs in the grader's kernel, never in a learner's world
+GRADERS_ONLY = ("dtlab.course.checks",)
 
 _STUB = '''raise ModuleNotFoundError(
     "No module named {name!r}: it is not available while this exercise is graded "
@@ -126,7 +131,8 @@ def _prune(cache: str, digest: str, idle_s: float = 3600.0) -> None:
 
 
 def _build(root: str, without: tuple[str, ...]) -> None:
-    absent_dtlab = {tuple(n.split(".")[1:]) for n in without if n.split(".")[0] == "dtlab"}
+    absent_dtlab = {tuple(n.split(".")[1:]) for n in (*without, *GRADERS_ONLY)
+                    if n.split(".")[0] == "dtlab"}
     dst_pkg = os.path.join(root, "dtlab")
     for here, dirs, files in os.walk(DTLAB_DIR):
         rel = os.path.relpath(here, DTLAB_DIR)

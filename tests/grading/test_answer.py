@@ -181,3 +181,15 @@ def test_what_an_answer_prints_is_all_out_when_it_is_closed(monkeypatch, capsys,
         assert "late 999 " in capsys.readouterr().out
     finally:
         del linecache.cache[cell]
+
+
+def test_the_graders_checks_are_absent_from_every_world(tmp_path):
+    """dtlab.course.checks (the test cells' machinery, reference answers among it) is a stub in a
+    world of any exercise, even one that takes nothing away."""
+    root = world.world((), cache=str(tmp_path)).pythonpath
+    code = ("import importlib\ntry:\n    importlib.import_module('dtlab.course.checks.parity')\n"
+            "except ModuleNotFoundError as e:\n    print(e.name)\n")
+    done = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": root},
+                          capture_output=True, text=True, cwd=str(tmp_path))
+    assert done.stdout.strip() == "dtlab.course.checks", done.stderr
+    assert not os.path.exists(os.path.join(root, "dtlab", "course", "checks", "parity.py"))
