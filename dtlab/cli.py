@@ -129,7 +129,18 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                              parents=parents, formatter_class=argparse.RawDescriptionHelpFormatter)
         mod.add_arguments(cmd)
         cmd.set_defaults(module=mod)
+        _name_each(cmd)
     return p
+
+
+def _name_each(parser: argparse.ArgumentParser) -> None:
+    """Each (sub)command's ``args.prog`` is its own name, ``dtlab capstone hang``: the prefix of
+    its one-line refusals, from argparse and from ``check`` alike."""
+    parser.set_defaults(prog=parser.prog)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                _name_each(child)
 
 
 def _command(argv: list[str]) -> str | None:
@@ -157,10 +168,10 @@ def main(argv: list[str] | None = None) -> int:
                 check(args)
         return args.module.run(args) or 0
     except (BadInput, LaunchError) as e:  # LaunchError: raised before any rank started
-        print(f"dtlab {args.command}: {one_line(e)}", file=sys.stderr)
+        print(f"{args.prog}: {one_line(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # the launch it interrupted has ended its ranks on the way out
-        print(f"dtlab {args.command}: stopped by Ctrl-C", file=sys.stderr)
+        print(f"{args.prog}: stopped by Ctrl-C", file=sys.stderr)
         return 128 + 2  # as a shell reports a process ended by SIGINT
     except BrokenPipeError:  # `dtlab ... --json | head`: the reader has what it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

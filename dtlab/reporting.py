@@ -33,6 +33,27 @@ def emit(report: Report, as_json: bool = False, file=None) -> None:
     print(to_json(report) if as_json else report.render(), file=file or sys.stdout)
 
 
+class Data(dict):
+    """A result that is plain data -- a dict, JSON as it is, indexable as before -- and a report:
+    a subclass writes ``render()`` (``class Summary(Data): def render(self): ...``)."""
+
+    def to_dict(self) -> dict:
+        return dict(self)
+
+    def render(self) -> str:
+        raise NotImplementedError(f"{type(self).__name__} has no render()")
+
+
+class Rows(list):
+    """A result that is a list of plain rows and a report (``render()`` from a subclass)."""
+
+    def to_dict(self) -> list:
+        return list(self)
+
+    def render(self) -> str:
+        raise NotImplementedError(f"{type(self).__name__} has no render()")
+
+
 class Plain:
     """Data a section already returns as plain dicts or lists, with the text its own formatter
     writes for it: a report without a class of its own (``Plain(rows, "\\n".join(map(line,

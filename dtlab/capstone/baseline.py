@@ -28,6 +28,7 @@ import os
 import statistics
 
 from ..paths import check_output_folder, label, read_bytes
+from ..reporting import Data
 from ..runtime.evidence import new_folder
 
 STEPS = 10
@@ -114,7 +115,15 @@ def baseline(size: str = "tiny", steps: int = STEPS, nprocs: int | None = 2,
          "folder": os.path.abspath(out)}
     with open(os.path.join(out, "baseline.json"), "w") as f:
         json.dump(b, f, indent=1, default=str)
-    return b
+    return Baseline(b)
+
+
+class Baseline(Data):
+    """What :func:`baseline` returns: plain data (a dict, also baseline.json), and
+    :func:`format_baseline` as its text."""
+
+    def render(self) -> str:
+        return format_baseline(self)
 
 
 def format_baseline(b: dict, gpu: str | None = None) -> str:

@@ -30,6 +30,18 @@ def _size(text: str) -> str:
     return one_of("--size", CONFIGS)(text)
 
 
+def _baseline(path: str) -> str:
+    """``--baseline``'s type: a folder holding a baseline.json (:func:`.baseline.read_baseline`)."""
+    from ..flags import as_flag
+    from .baseline import read_baseline
+
+    try:
+        read_baseline(path)
+    except ValueError as e:
+        raise as_flag(e, "baseline", path, "--baseline") from None
+    return path
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from ..flags import json_flag, one_of, seconds, whole
     from ..limits import MAX_STEPS
@@ -70,9 +82,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "temporary folder)")
     h.add_argument("--culprit", type=whole("--culprit", 0, 255), default=None,
                    help="the rank that does it wrong (default 1)")
-    h.add_argument("--at-step", type=whole("--at-step", 1, MAX_STEP), default=None,
+    h.add_argument("--at-step", type=whole("--at-step", 1, MAX_STEP, "at least one good step first"), default=None,
                    dest="at_step", help=f"the step it goes wrong, 1 to {MAX_STEP} (default 3)")
-    h.add_argument("--baseline", default=None, help="a folder from dtlab capstone baseline: "
+    h.add_argument("--baseline", type=_baseline, default=None, help="a folder from dtlab capstone baseline: "
                    "say what the broken run did differently")
     h.add_argument("--timeout", type=seconds(), default=TIMEOUT, help=f"seconds the whole job "
                    f"may take before dtlab stops it (default {TIMEOUT:g}; the hang itself shows "
@@ -84,8 +96,16 @@ def check(args) -> None:
     from ..runtime.plan import resolve
     from .train import check_args
 
+    if getattr(args, "out", None) is not None:  # named as the flag; check_args checks it again
+        from ..paths import check_output_folder
+
+        check_output_folder(args.out, "--out", empty=True, so="evidence from two runs never mixes")
     if args.capstone_command == "hang":
         from .hang import check_args as check_hang
+
+        n = resolve(args.nprocs, args.backend).nprocs
+        if args.culprit is not None and not args.culprit < n:
+            raise ValueError(f"--culprit {args.culprit}: give a rank from 0 to {n - 1}.")
 
         check_hang(args.bug, args.nprocs, args.backend, args.out, args.culprit, args.at_step,
                    args.baseline)
@@ -100,24 +120,24 @@ def check(args) -> None:
 
 
 def run(args) -> int:
-    from ..reporting import Plain, emit
+    from ..reporting import emit
 
     if args.capstone_command == "hang":
-        from .hang import format_report, hang
+        from .hang import hang
 
         report = hang(args.bug, args.nprocs, args.backend, args.out, timeout=args.timeout,
                       culprit=args.culprit, at_step=args.at_step, baseline=args.baseline)
-        emit(Plain(report, format_report(report)), args.json)
+        emit(report, args.json)
         return 0
     if args.capstone_command == "baseline":
-        from .baseline import baseline, format_baseline
+        from .baseline import baseline
 
         b = baseline(args.size, args.steps, args.nprocs, args.backend, args.out)
-        emit(Plain(b, format_baseline(b)), args.json)
+        emit(b, args.json)
         return 0
-    from .train import format_summary, train
+    from .train import train
 
     summary = train(args.size, args.steps, args.nprocs, args.backend, args.batch, args.seq,
                     args.data)
-    emit(Plain(summary, format_summary(summary)), args.json)
+    emit(summary, args.json)
     return 0

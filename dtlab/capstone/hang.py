@@ -49,6 +49,7 @@ from dataclasses import dataclass
 
 from ..hang.kinds import CULPRIT  # the rank that breaks, as in every reproducer
 from ..paths import check_output_folder
+from ..reporting import Data
 from ..runtime.evidence import new_folder
 
 GOOD_STEPS = 3      # good steps before the bug: the loss falls, every collective matches
@@ -289,7 +290,7 @@ def hang(bug: str = "extra_metric", nprocs: int | None = 2, backend: str = "auto
         from .baseline import compare
 
         report["baseline"] = compare(out, baseline)
-    return report
+    return Postmortem(report)
 
 
 def _facts(path: str):
@@ -348,6 +349,13 @@ def _format_sites(d: dict) -> str:
     for r, seen in sorted(by_rank.items(), key=lambda kv: int(kv[0])):
         lines.append(f"rank {r}: " + "; ".join(f"{s['site']} ({s['source']})" for s in seen))
     return "\n                " .join(lines)
+
+
+class Postmortem(Data):
+    """What :func:`hang` returns: plain data (a dict), and :func:`format_report` as its text."""
+
+    def render(self) -> str:
+        return format_report(self)
 
 
 def format_report(r: dict) -> str:

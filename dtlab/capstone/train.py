@@ -38,6 +38,7 @@ import tempfile
 import time
 
 from ..limits import MAX_STEPS, whole
+from ..reporting import Data
 from .mfu import datasheet_peak, percent
 from .model import CONFIGS
 
@@ -253,7 +254,7 @@ def train(size: str = "tiny", steps: int = 30, nprocs: int | None = 2, backend: 
                                        "gpu", "mfu", "matmul_flops", "of_matmul", "local_numel",
                                        "local_losses")} for r in ranks]
     out["gpu_panel"] = live.summary()
-    return out
+    return Summary(out)
 
 
 def progress_mode(progress: bool | str) -> str | None:
@@ -267,6 +268,13 @@ def progress_mode(progress: bool | str) -> str | None:
     if progress in ("bar", "lines"):
         return progress
     raise ValueError(f"progress={progress!r} is not one of: True, False, 'bar', 'lines'.")
+
+
+class Summary(Data):
+    """What :func:`train` returns: plain data (a dict), and :func:`format_summary` as its text."""
+
+    def render(self) -> str:
+        return format_summary(self)
 
 
 def format_summary(s: dict) -> str:

@@ -77,7 +77,7 @@ def run(args) -> int:
             emit(Plain({"lines": lines}, "\n".join(f"# node {i}\n{line}"
                                                      for i, line in enumerate(lines))), args.json)
         return 0
-    from .simulate import Terminated, render, simulate
+    from .simulate import Terminated, simulate
 
     try:
         res = simulate(args.nodes, args.procs_per_node, args.mode, args.fault, args.join_timeout,
@@ -87,7 +87,7 @@ def run(args) -> int:
         print(f"dtlab multinode simulate: stopped by {how}; everything it made is removed",
               file=sys.stderr)
         return status  # as a shell reports a process ended by that signal
-    emit(Plain(res, render(res)), args.json)
+    emit(res, args.json)
     if args.fault:
         return 0 if res["diagnosis"]["confident"] else 1  # named, or unsure: not found
     return 0 if res["ok"] else 1

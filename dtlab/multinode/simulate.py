@@ -40,6 +40,7 @@ import sys
 import threading
 import time
 
+from ..reporting import Data
 from ..runtime.agents import Agents
 from ..runtime.supervisor import make_run_dir
 from . import netns
@@ -208,7 +209,7 @@ def simulate(nodes: int = 2, procs_per_node: int = 2, mode: str = "auto",
     # read, for a person to read too
     res["consoles"] = {name: "\n".join(text.splitlines()[-CONSOLE_LINES:])
                        for name, text in consoles.items()}
-    return res
+    return Rehearsal(res)
 
 
 def _start(ag: Agents, net: netns.Network | None, nodes: int, ppn: int, fault: str | None,
@@ -372,6 +373,13 @@ def render_pairs(res: dict) -> str:
     if bw.get("within") and bw.get("across") is not None:
         lines.append(f"across / within bandwidth: {bw['across'] / bw['within']:.2f}")
     return "\n".join(lines)
+
+
+class Rehearsal(Data):
+    """What :func:`simulate` returns: plain data (a dict), and :func:`render` as its text."""
+
+    def render(self) -> str:
+        return render(self)
 
 
 def render(res: dict) -> str:

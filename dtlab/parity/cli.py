@@ -47,21 +47,20 @@ def check(args) -> None:
 
 
 def run(args) -> int:
-    from ..reporting import Plain, Several, emit
+    from ..reporting import Several, emit
 
     if args.scaling:
         from .scaling import report
 
-        rep = report(list(range(1, args.nprocs + 1)), backend=args.backend, steps=args.steps,
-                     command="dtlab parity --scaling")
-        emit(Plain(rep, "\n".join(f"{k}: {v}" for k, v in rep.items())), args.json)
+        emit(report(list(range(1, args.nprocs + 1)), backend=args.backend, steps=args.steps,
+                    command="dtlab parity --scaling"), args.json)
         return 0
     if args.precision:
-        from .precision import line, mixed_precision
+        from .precision import mixed_precision
 
         rows = mixed_precision(nprocs=args.nprocs, backend=args.backend, steps=args.steps)
-        emit(Plain(rows, "\n".join(map(line, rows))), args.json)
-        return 0 if all(r["ok"] for r in rows) else 1
+        emit(rows, args.json)
+        return 0 if rows.ok else 1
     if args.fsdp:
         from .fsdp import fsdp_vs_ddp
 

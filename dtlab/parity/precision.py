@@ -59,6 +59,7 @@ import time
 import torch
 import torch.nn.functional as F
 
+from ..reporting import Rows
 from .fsdp import LR, MOMENTUM, TinyTransformer, _batch, shard, snapshot
 from .report import tolerance
 
@@ -328,5 +329,17 @@ def mixed_precision(modes=MODES, nprocs: int = 2, steps: int = 8, init_scale: fl
                             "unskipped steps before the scale grows")
     vals = run(rank_side, modes, steps, init_scale, growth_interval, nprocs=nprocs,
                backend=backend, timeout=timeout).values[0]
-    return [_row(m, vals[m], vals.get(m + "/reference", vals["reference"]), vals, steps, nprocs)
-            for m in modes]
+    return Precision(_row(m, vals[m], vals.get(m + "/reference", vals["reference"]), vals, steps,
+                          nprocs) for m in modes)
+
+
+class Precision(Rows):
+    """What :func:`mixed_precision` returns: one plain row per mode, one :func:`line` each as
+    its text."""
+
+    @property
+    def ok(self) -> bool:
+        return all(r["ok"] for r in self)
+
+    def render(self) -> str:
+        return "\n".join(map(line, self))

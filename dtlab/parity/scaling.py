@@ -49,6 +49,7 @@ from __future__ import annotations
 import statistics
 import time
 
+from ..reporting import Data
 from .mlp import CLASSES, MODELS, _check, build, quiet_profiler  # noqa: F401  (scaling.MODELS, ...)
 from .overlap import is_comm, split  # noqa: F401  (re-exported: scaling.split)
 
@@ -286,7 +287,7 @@ def report(nranks_list=(1, 2), backend: str = "auto", model: str = "mlp", steps:
                 raise
             return {"error": (str(e).strip().splitlines() or [type(e).__name__])[-1]}
 
-    return {"model": model_size(model),
+    return Scaling({"model": model_size(model),
             "throughput": part(lambda: throughput(nranks_list, steps=steps, **kw)
                                .to_dict("records")),
             "profile": part(lambda: profile_split(top, **kw)),
@@ -300,7 +301,14 @@ def report(nranks_list=(1, 2), backend: str = "auto", model: str = "mlp", steps:
                            "gpus": torch.cuda.device_count(),
                            "gpu_name": torch.cuda.get_device_name(0) if cuda else None,
                            "model": model, "per_rank_batch": per_rank_batch, "steps": steps,
-                           "command": command}}
+                           "command": command}})
+
+
+class Scaling(Data):
+    """What :func:`report` returns: plain data (a dict), one line per part as its text."""
+
+    def render(self) -> str:
+        return "\n".join(f"{k}: {v}" for k, v in self.items())
 
 
 __all__ = ["MODELS", "build", "model_size", "throughput", "profile_split", "buckets", "split", "plot",

@@ -113,7 +113,7 @@ def test_bad_input_is_one_line_and_exit_2(case, capsys, no_orphans):
     assert main(["capstone", "baseline", *argv]) == 2
     out, err = capsys.readouterr()
     assert out == "" and err.count("\n") == 1
-    assert err.startswith("dtlab capstone: ") and words in err, err
+    assert err.startswith("dtlab capstone baseline: ") and words in err, err
 
 
 # --- compare() on the recorded NCCL runs ---------------------------------------------------------

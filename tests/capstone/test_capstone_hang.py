@@ -187,12 +187,12 @@ def test_on_nccl_gather_shapes_is_expected_to_hang(tmp_path, monkeypatch):
 
 CASES = {
     "bug": (["--bug", "uneven_batch"], "--bug 'uneven_batch' is not one of: extra_metric"),
-    "nprocs": (["--nprocs", "1"], "--nprocs 1 must be at least 2"),
+    "nprocs": (["--nprocs", "1"], "--nprocs 1: a hang needs at least 2 ranks"),
     "backend": (["--backend", "foo"], "--backend 'foo' is not one of"),
     "out": (["--out", __file__], "exists and is not a folder"),
-    "culprit": (["--culprit", "5", "--nprocs", "2"], "5 must be a rank from 0 to 1"),
-    "at_step_0": (["--at-step", "0"], "0 must be a step from 1 to 8"),
-    "at_step_99": (["--at-step", "99"], "99 must be a step from 1 to 8"),
+    "culprit": (["--culprit", "5", "--nprocs", "2"], "--culprit 5: give a rank from 0 to 1"),
+    "at_step_0": (["--at-step", "0"], "--at-step 0 must be a whole number >= 1 and <= 8 (at least one good"),
+    "at_step_99": (["--at-step", "99"], "--at-step 99 must be a whole number >= 1 and <= 8"),
     "baseline": (["--baseline", os.path.dirname(__file__)], "holds no baseline.json"),
 }
 
@@ -203,7 +203,7 @@ def test_bad_input_is_one_line_and_exit_2(case, capsys, no_orphans):
     assert main(["capstone", "hang", *argv]) == 2
     out, err = capsys.readouterr()
     assert out == "" and err.count("\n") == 1
-    assert err.startswith("dtlab capstone: ") and words in err, err
+    assert err.startswith("dtlab capstone hang: ") and words in err, err
 
 
 FLAGS = {"culprit": ["--culprit", "5", "--nprocs", "2"], "at_step": ["--at-step", "99"],

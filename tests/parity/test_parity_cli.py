@@ -9,11 +9,11 @@ from dtlab import cli
 
 
 @pytest.mark.parametrize("argv, says", [
-    (["--bug", "sum_los"], "--bug 'sum_los' is not a known bug"),
-    (["--nprocs", "1"], "--nprocs 1 must be a whole number >= 2"),
+    (["--bug", "sum_los"], "--bug 'sum_los' is not one of: none, no_sampler"),
+    (["--nprocs", "1"], "--nprocs 1: parity is a comparison with one process"),
     (["--steps", "0"], "--steps 0 must be a whole number >= 1"),
     (["--dtype", "float16"], "--dtype 'float16'"),
-    (["--fsdp", "--bug", "batchnorm"], "--fsdp compares FSDP2 with DDP"),
+    (["--fsdp", "--bug", "batchnorm"], "--fsdp takes no --bug/--fix"),
     (["--backend", "nccl"], "needs CUDA GPUs"),
 ])
 def test_bad_input_is_one_line_exit_2(capsys, monkeypatch, argv, says):
