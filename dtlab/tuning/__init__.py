@@ -38,5 +38,4 @@ __all__ = ["sweep", "grid", "preset", "PRESETS", "GROUPS", "VARS", "TUNABLE", "A
            "PROTOCOLS", "Setting", "check_setting", "check_value", "label_of",
            "resolve_settings", "best", "best_text", "table", "wide_text", "plot", "to_json",
            "combine", "TuneResult", "columns", "annotate", "read_account", "call_bytes",
-           "debug_env",
-           "default_label"]
+           "debug_env", "default_label"]

@@ -85,6 +85,43 @@ def test_text_json_and_csv_outputs(every_op, tmp_path):
     assert list(back.columns) == FRAME_COLUMNS and len(back) == len(every_op.frame)
 
 
+def test_the_result_is_a_report_and_goes_where_a_frame_goes(every_op):
+    """to_dict()/render() are what `dtlab bench --json` / `dtlab bench` print; the functions
+    that read a sweep take the result or its bare frame (no header then: nothing rides on
+    DataFrame.attrs)."""
+    import matplotlib
+
+    from dtlab import bench
+    from dtlab.reporting import Report
+
+    matplotlib.use("Agg")
+    assert isinstance(every_op, Report) and every_op.render() == render_text(every_op)
+    assert every_op.to_dict() == to_reports(every_op)
+    assert every_op.to_dict()[0]["header"]["backend"] == "gloo" == every_op.header["backend"]
+    assert bench.to_frame(every_op) is every_op.frame and not every_op.frame.attrs
+    assert to_reports(every_op.frame)[0]["header"]["tool"] == "dtlab bench"
+    assert len(bench.plot(every_op).lines) == len(bench.plot(every_op.frame).lines) > 0
+    ar = type(every_op)(every_op.frame[every_op.frame["op"] == "all_reduce"])
+    assert bench.fit(ar).alpha_us == bench.fit(ar.frame).alpha_us
+
+
+def test_faults_come_only_from_their_variable(monkeypatch):
+    import inspect
+
+    import dtlab.tuning
+    from dtlab.bench.timing import faults
+
+    for fn in (sweep, dtlab.tuning.sweep):
+        assert not [p for p in inspect.signature(fn).parameters if p.startswith("_")]
+    monkeypatch.delenv(FAULTS_VAR, raising=False)
+    assert faults() == {}
+    monkeypatch.setenv(FAULTS_VAR, '{"corrupt": 2}')
+    assert faults() == {"corrupt": 2}
+    monkeypatch.setenv(FAULTS_VAR, "[1]")
+    with pytest.raises(ValueError, match=FAULTS_VAR):
+        faults()
+
+
 @pytest.mark.usefixtures("no_orphans")
 def test_wrong_count_catches_a_corrupted_result(monkeypatch):
     monkeypatch.setenv(FAULTS_VAR, json.dumps({"corrupt": 3}))
