@@ -19,8 +19,10 @@ Element ``g`` of rank ``r``'s pattern is ``((g mod 11)*5 + 3r + seed) mod 11 + 1
 numbers, so sums over ranks are exact in every dtype (bf16 up to 23 ranks, int8 up to 11).
 
 Faults on purpose, for dtlab's own tests only: the ranks read :data:`FAULTS_VAR`
-(``DTLAB_TEST_FAULTS``), a JSON object, from their environment (a launch passes the parent's
-environment to fresh ranks, so ``monkeypatch.setenv`` in a test reaches them). Keys:
+(``DTLAB_TEST_FAULTS``), a JSON object, from their environment (dtlab.runtime's launch starts
+each rank with the parent's ``os.environ`` under its own variables, so ``monkeypatch.setenv`` in
+a test reaches the ranks of a later launch; a Pool's ranks keep the environment they started
+with). Keys:
 
 * ``"corrupt": k`` -- bump k elements of rank 0's result before the ``#wrong`` check, to prove
   a bad result is caught;
