@@ -76,17 +76,18 @@ def _f(value: float, width: int, digits: int = 2) -> str:
     return f"{value:{width}.{digits}f}" if value == value else f"{'-':>{width}s}"  # NaN -> '-'
 
 
-def ratio_table(df, refs: dict, bench) -> list[str]:
-    """For each op with a recorded nccl-tests run: busbw side by side and the ratio
-    dtlab / nccl-tests per column that both measured (> 1: torch.distributed is faster)."""
+def ratio_table(df, refs: dict, headers: dict, bench) -> list[str]:
+    """For each op with a recorded nccl-tests run (``headers``: its nccl-tests header): busbw
+    side by side and the ratio dtlab / nccl-tests per column that both measured (> 1:
+    torch.distributed is faster)."""
     out = []
     for op, ref in refs.items():
         mine = df[df["op"] == op].set_index("size")
         if mine.empty:
             continue
         out += ["", f"{op}: dtlab (torch.distributed) vs nccl-tests "
-                    f"({ref.attrs['header'].get('nccl_tests_version')}, "
-                    f"{ref.attrs['header']['devices'][0]['name']}), busbw GB/s",
+                    f"({headers[op].get('nccl_tests_version')}, "
+                    f"{headers[op]['devices'][0]['name']}), busbw GB/s",
                 f"{'size':>6s}  {'nt oop':>8s}  {'nt ip':>8s}  {'dtlab oop':>9s}  {'dtlab ip':>8s}"
                 f"  {'ratio oop':>9s}  {'ratio ip':>8s}  {'nt us':>8s}  {'dtlab us':>8s}"]
         for _, r in ref.iterrows():
@@ -132,19 +133,21 @@ def main(argv=None) -> int:
     lines = ["# dtlab.bench sweep vs recorded nccl-tests", *machine(torch), ""]
     print("\n".join(lines), flush=True)
     t0 = time.monotonic()
-    df = bench.sweep(args.op, args.minbytes, args.maxbytes, 2, args.iters, args.warmup,
-                     nprocs=args.nprocs or max(ngpu, 2), backend=args.backend,
-                     timeout=args.timeout)
+    res = bench.sweep(args.op, args.minbytes, args.maxbytes, 2, args.iters, args.warmup,
+                      nprocs=args.nprocs or max(ngpu, 2), backend=args.backend,
+                      timeout=args.timeout)
+    df, header = res.frame, res.header
     wall = time.monotonic() - t0
-    refs = {}
+    refs, ref_headers = {}, {}
     for path in sorted(glob.glob(os.path.join(args.reference, "*.txt"))):
         for rep in bench.parse_nccl_tests_all(path):
             refs[rep["header"]["op"]] = bench.to_frame(rep)
-    names = sorted({d["name"] for d in df.attrs["header"]["devices"]})
-    ref_names = sorted({d["name"] for r in refs.values() for d in r.attrs["header"]["devices"]})
+            ref_headers[rep["header"]["op"]] = rep["header"]
+    names = sorted({d["name"] for d in header["devices"]})
+    ref_names = sorted({d["name"] for h in ref_headers.values() for d in h["devices"]})
     wrong = int(df[["oop_wrong", "ip_wrong"]].fillna(0).to_numpy().sum())
     lines += [f"sweep      {len(df)} rows in {wall:.1f} s (launch and NCCL setup included); "
-              f"{df.attrs['header']['nranks']} ranks; #wrong total {wrong}",
+              f"{header['nranks']} ranks; #wrong total {wrong}",
               f"dtlab      {dtlab.__version__}; {args.warmup} warmup + {args.iters} timed calls "
               f"per size and column; time = MAX over ranks of (the loop's "
               f"{'CUDA-event' if args.backend == 'nccl' else 'perf_counter'} time / iters)",
@@ -152,10 +155,10 @@ def main(argv=None) -> int:
     if refs and names != ref_names:
         lines += ["", f"NOTE: reference measured on {', '.join(ref_names)}; this machine has "
                       f"{', '.join(names)}: the ratios below compare different cards."]
-    lines += ratio_table(df, refs, bench)
-    for op, why in df.attrs["unsupported"].items():
+    lines += ratio_table(df, refs, ref_headers, bench)
+    for op, why in res.unsupported.items():
         lines.append(f"{op}: unsupported columns {why}")
-    lines += ["", "# every row, nccl-tests layout", bench.render_text(df)]
+    lines += ["", "# every row, nccl-tests layout", res.render()]
     base = os.path.splitext(args.out)[0]
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
@@ -164,7 +167,7 @@ def main(argv=None) -> int:
     import matplotlib
 
     matplotlib.use("Agg")
-    title = f"{names[0] if names else '?'} x{len(df.attrs['header']['devices'])}: " \
+    title = f"{names[0] if names else '?'} x{len(header['devices'])}: " \
             f"torch.distributed ({args.backend}) vs nccl-tests"
     ax = bench.plot([df] + list(refs.values()), link_limit_gbps=NVLINK4_X18[0],
                     link_label=NVLINK4_X18[1], title=title)

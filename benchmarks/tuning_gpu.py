@@ -88,9 +88,10 @@ def overhead(logged, bare, bench) -> list[str]:
     return out
 
 
-def readme(prov: dict, args, wall: dict, df, log_bytes: int, skipped: list[str]) -> str:
+def readme(prov: dict, args, wall: dict, res, log_bytes: int, skipped: list[str]) -> str:
+    df = res.frame
     ok = sorted(set(df.loc[df["status"] == "ok", "setting"]), key=list(df["setting"]).index)
-    failed = df.attrs.get("failed") or {}
+    failed = res.failed
     where = "GPUs" if args.backend == "nccl" else f"CPU ranks ({args.backend}: a trial run)"
     timing = "CUDA-event timing" if args.backend == "nccl" else "perf_counter timing"
     lines = [f"# NCCL tuning sweep (dtlab.tuning), all_reduce on {where}", "",
@@ -164,35 +165,36 @@ def main(argv=None) -> int:
         if name.startswith("network"):
             frames.append(got)
         else:
-            bare = got
-    df = tuning.combine(*frames)
+            bare = got.frame
+    res = tuning.combine(*frames)
+    df = res.frame
     wall["total"] = time.monotonic() - t0
 
     df.to_csv(os.path.join(args.out, "tuning.csv"), index=False)
     import matplotlib
 
     matplotlib.use("Agg")
-    names = sorted({d["name"] for d in (df.attrs.get("header") or {}).get("devices", [])})
+    names = sorted({d["name"] for d in res.header.get("devices", [])})
     link = NVLINK4_X18 if "NV18" in topo else (None, None)
-    ax = tuning.plot(df, link_limit_gbps=link[0], link_label=link[1],
+    ax = tuning.plot(res, link_limit_gbps=link[0], link_label=link[1],
                      title=f"all_reduce busbw per NCCL setting, {names[0] if names else '?'} "
                            f"x{common['nprocs']} ({args.backend})")
     ax.figure.savefig(os.path.join(args.out, "tuning.png"), dpi=120, bbox_inches="tight")
 
     text = ["# dtlab.tuning sweep", *[f"{k:<26s} {v}" for k, v in prov.items()],
             "wall time                  " + ", ".join(f"{k} {v:.1f} s" for k, v in wall.items()),
-            "", tuning.table(df), "", tuning.wide_text(df)]
+            "", res.render(), "", tuning.wide_text(res)]
     if bare is not None:
         text += ["", *overhead(df, bare, bench)]
     text += [f"skipped (time budget): {s}" for s in skipped]
-    for label, err in (df.attrs.get("errors") or {}).items():
+    for label, err in res.errors.items():
         text += ["", f"# {label}: the error in full", err]
     with open(os.path.join(args.out, "tuning.txt"), "w") as f:
         f.write("\n".join(text) + "\n")
     log_bytes = sum(os.path.getsize(os.path.join(d, n)) for d, _, files in os.walk(logs)
                     for n in files) if os.path.isdir(logs) else 0
     with open(os.path.join(args.out, "README.md"), "w") as f:
-        f.write(readme(prov, args, wall, df, log_bytes, skipped))
+        f.write(readme(prov, args, wall, res, log_bytes, skipped))
     print("\n" + tuning.best_text(df))
     print(f"\nwrote {args.out}: tuning.csv, tuning.png, tuning.txt, README.md, topo.txt, "
           f"nccl-logs/ ({log_bytes / 1e6:.2f} MB); {wall['total']:.0f} s")

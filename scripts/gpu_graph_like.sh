@@ -64,7 +64,7 @@ for r in 1 2 3; do
         > "$OUT/r${r}_procs_sendrecv_G$g.txt" 2>&1; log "r$r NCCL alone, processes, -G $g: exit $?"
     fi
     timeout 180 python3 -c "import sys; from dtlab import bench
-df = bench.sweep(['all_reduce', 'sendrecv'], 8, '64K', nprocs=$NGPU, graph=$g)
+df = bench.sweep(['all_reduce', 'sendrecv'], 8, '64K', nprocs=$NGPU, graph=$g).frame
 df.to_csv(sys.argv[1], index=False)" "$OUT/r${r}_dtlab_G$g.csv" > "$OUT/r${r}_dtlab_G$g.txt" 2>&1
     log "r$r dtlab bench graph=$g: exit $?"
   done

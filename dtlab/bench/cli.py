@@ -69,7 +69,7 @@ def check(args) -> None:
         check_graph_possible(args.backend)
 
 
-def _save(args, df, plot) -> None:
+def _save(args, df, plot) -> None:  # df: a DataFrame
     if args.csv:
         df.to_csv(args.csv, index=False)
     if args.plot:
@@ -80,7 +80,7 @@ def _save(args, df, plot) -> None:
 
 
 def run(args) -> int:
-    from ..reporting import Plain, Several, emit
+    from ..reporting import Plain, emit
 
     if args.p2p:
         from ..vocab import parse_size
@@ -95,15 +95,13 @@ def run(args) -> int:
                    + f"\nslow pairs (< 0.75 x median uni GB/s): {slow or 'none'}"), args.json)
         return 1 if slow else 0
     from .. import bench
-    from .report import render_report
 
-    df = bench.sweep(args.op, args.minbytes, args.maxbytes, args.stepfactor, args.iters,
+    result = bench.sweep(args.op, args.minbytes, args.maxbytes, args.stepfactor, args.iters,
                      args.warmup_iters, dtype=args.datatype, nprocs=args.nprocs,
                      backend=args.backend, progress=not args.json, timeout=args.timeout,
                      graph=args.graph)
-    _save(args, df, lambda: bench.plot(df))
-    reports = bench.to_reports(df)
-    emit(Several([Plain(r, render_report(r)) for r in reports]), args.json)
-    wrong = any((r[g] or {}).get("wrong") for rep in reports for r in rep["rows"]
+    _save(args, result.frame, lambda: bench.plot(result))
+    emit(result, args.json)
+    wrong = any((r[g] or {}).get("wrong") for rep in result.to_reports() for r in rep["rows"]
                 for g in ("oop", "ip"))
-    return 2 if df.empty else 1 if wrong else 0
+    return 2 if result.frame.empty else 1 if wrong else 0

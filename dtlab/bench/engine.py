@@ -2,7 +2,8 @@
 
 One launch runs every requested collective over sizes ``min_bytes .. max_bytes`` (times
 ``factor``), each size out-of-place and in-place, timed and checked as nccl-tests does (see
-:mod:`dtlab.bench.timing`), and comes back as a pandas DataFrame with nccl-tests' columns::
+:mod:`dtlab.bench.timing`), and comes back as a :class:`~dtlab.bench.result.SweepResult` whose
+``frame`` is a pandas DataFrame with nccl-tests' columns::
 
     op nranks backend tool size count type redop root
     oop_time_us oop_algbw oop_busbw oop_wrong ip_time_us ip_algbw ip_busbw ip_wrong
@@ -13,16 +14,16 @@ Which columns are N/A (NaN), and why:
   tensor is both input and output), which is nccl-tests' in-place column;
 * ``ip_wrong`` of all_to_all and sendrecv: in place, send and receive buffers are one buffer and
   the result is undefined, so nccl-tests prints N/A there and so do we (both are still timed);
-* a column the backend cannot run (``df.attrs["unsupported"]`` says which, and the error).
+* a column the backend cannot run (the result's ``unsupported`` says which, and the error).
 
 all_gather in place passes the rank's slice of the output as input (nccl-tests' in-place);
 reduce_scatter in place writes into the rank's slice of the input. Sizes that nccl-tests rounds
-down to 0 B (per-rank chunks are whole 16-byte lines) are skipped: ``df.attrs["skipped"]``.
+down to 0 B (per-rank chunks are whole 16-byte lines) are skipped: the result's ``skipped``.
 
     >>> import dtlab.bench as bench
-    >>> df = bench.sweep("all_gather", "1K", "64K", nprocs=2, backend="gloo")   # doctest: +SKIP
-    >>> df[["size", "oop_busbw", "ip_busbw", "oop_wrong"]]                      # doctest: +SKIP
-    >>> print(bench.render_text(df))                                            # doctest: +SKIP
+    >>> res = bench.sweep("all_gather", "1K", "64K", nprocs=2, backend="gloo")  # doctest: +SKIP
+    >>> res.frame[["size", "oop_busbw", "ip_busbw", "oop_wrong"]]               # doctest: +SKIP
+    >>> print(res.render())                                                     # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ from ..limits import MAX_ITERS, whole
 from ..vocab import check_dtype, op_name
 from .formulas import OPS, canonical_op, format_size, sweep_sizes
 from .nccl_tests import parse_nccl_tests_all
-from .report import render_report, summarize
+from .report import render_report
+from .result import _COLUMN_NAMES, _VALUES, SweepConfig, SweepResult, frame_of, to_reports
 
 if TYPE_CHECKING:
     import pandas
@@ -43,8 +45,6 @@ if TYPE_CHECKING:
 FRAME_COLUMNS = ["op", "nranks", "backend", "tool", "size", "count", "type", "redop", "root",
                  "oop_time_us", "oop_algbw", "oop_busbw", "oop_wrong",
                  "ip_time_us", "ip_algbw", "ip_busbw", "ip_wrong"]
-_VALUES = ("time_us", "algbw", "busbw", "wrong")
-_COLUMN_NAMES = {"oop": "out-of-place", "ip": "in-place"}
 # the dtypes a sweep runs (names: dtlab.vocab): the ones every backend can sum; torch lacks
 # reductions of uint32/uint64 and of the float8 types
 SWEEP_DTYPES = ("float32", "float16", "bfloat16", "float64", "int8", "uint8", "int32", "int64")
@@ -72,8 +72,7 @@ def sweep(op: str | Sequence[str] = "all_reduce", min_bytes: int | str = 8,
           max_bytes: int | str = "128M", factor: int = 2, iters: int = 20, warmup: int = 5,
           dtype: Any = "float32", nprocs: int | None = None, backend: str = "auto", pool=None,
           progress: bool = True, timeout: float | None = 600, check: bool = True,
-          env: dict | None = None, graph: bool | int = False,
-          _inject: dict | None = None) -> "pandas.DataFrame":
+          env: dict | None = None, graph: bool | int = False) -> SweepResult:
     """Measure algbw/busbw of ``op`` (a name, a list, or ``"all"``) like nccl-tests' ``*_perf``.
 
     Launches through :func:`dtlab.run` (``nprocs``, ``backend`` as there), or through
@@ -84,29 +83,30 @@ def sweep(op: str | Sequence[str] = "all_reduce", min_bytes: int | str = 8,
     in a CUDA graph and times :data:`GRAPH_LAUNCHES` replays of it (``graph=N``: N replays; as
     nccl-tests ``-G N``; :mod:`dtlab.bench.graph`; NCCL on GPUs only, else ValueError before
     anything starts). Flight Recorder is off in the sweep's ranks
-    (:func:`quiet_env`); a pool's ranks keep what they started with. ``_inject`` is a test hook: ``{"corrupt": k}`` damages k elements of rank 0's
-    result before the check, ``{"unsupported": [op]}`` makes ``op`` fail as a backend without it.
+    (:func:`quiet_env`); a pool's ranks keep what they started with.
 
-    >>> df = sweep("all_reduce", 8, "1M", nprocs=2, backend="gloo")   # doctest: +SKIP
-    >>> df.loc[df["size"] == 1 << 20, "ip_busbw"]                     # doctest: +SKIP
+    >>> res = sweep("all_reduce", 8, "1M", nprocs=2, backend="gloo")   # doctest: +SKIP
+    >>> df = res.frame; df.loc[df["size"] == 1 << 20, "ip_busbw"]      # doctest: +SKIP
 
-    Terminal: ``dtlab bench --op all -b 8 -e 128M``. Returns the DataFrame described in the
-    module docstring; ``df.attrs`` holds "header", "unsupported" and "skipped".
+    Terminal: ``dtlab bench --op all -b 8 -e 128M``. Returns a
+    :class:`~dtlab.bench.result.SweepResult`: ``frame`` (the DataFrame described in the module
+    docstring), ``header``, ``unsupported`` and ``skipped``; ``render()`` / ``to_dict()`` are
+    what ``dtlab bench`` / ``dtlab bench --json`` print.
     """
     cfg = make_config(op, min_bytes, max_bytes, factor, iters, warmup, dtype, progress, check,
-                      _inject, nprocs=nprocs if pool is None else None, graph=graph)
-    graph = cfg["graph"]
+                      nprocs=nprocs if pool is None else None, graph=graph)
+    graph = cfg.graph
     if graph:
         from .graph import check_graph_possible
 
         check_graph_possible(None if pool is not None else backend)
     from .timing import run_sweep
 
-    sizes = cfg["sizes"]
+    sizes = cfg.sizes
     if progress:
-        print(f"dtlab.bench: {', '.join(cfg['ops'])} | {len(sizes)} sizes "
-              f"{format_size(sizes[0])}..{format_size(sizes[-1])} (x{factor}) | {cfg['warmup']} "
-              f"warmup + {cfg['iters']} timed calls per size and column | rank 0 prints each "
+        print(f"dtlab.bench: {', '.join(cfg.ops)} | {len(sizes)} sizes "
+              f"{format_size(sizes[0])}..{format_size(sizes[-1])} (x{factor}) | {cfg.warmup} "
+              f"warmup + {cfg.iters} timed calls per size and column | rank 0 prints each "
               f"size as it completes{f' | CUDA graph, {graph} replays per size' if graph else ''}",
               flush=True)
     t0 = time.monotonic()
@@ -120,12 +120,13 @@ def sweep(op: str | Sequence[str] = "all_reduce", min_bytes: int | str = 8,
 
         res = run(run_sweep, cfg, nprocs=nprocs, backend=backend, timeout=timeout,
                   env={**quiet_env(graph), **(env or {})})
-    df = result_frame(res.values[0], cfg)
+    result = sweep_result(res.values[0], cfg)
     if progress:
         extra = "".join(f"; {o}: {', '.join(_COLUMN_NAMES[g] for g in why)} unsupported"
-                        for o, why in df.attrs["unsupported"].items())
-        print(f"dtlab.bench: {len(df)} rows in {time.monotonic() - t0:.1f} s{extra}", flush=True)
-    return df
+                        for o, why in result.unsupported.items())
+        print(f"dtlab.bench: {len(result.frame)} rows in {time.monotonic() - t0:.1f} s{extra}",
+              flush=True)
+    return result
 
 
 # What every dtlab launch turns on for the post-mortem and a benchmark does not need: Flight
@@ -165,29 +166,27 @@ def graph_launches(graph) -> int:
 
 
 def make_config(op, min_bytes, max_bytes, factor=2, iters=20, warmup=5, dtype="float32",
-                progress=True, check=True, inject=None, nprocs=None, graph=False) -> dict:
+                progress=True, check=True, nprocs=None, graph=False) -> SweepConfig:
     """Check :func:`sweep`'s arguments and return what the ranks get
     (:func:`dtlab.bench.timing.run_sweep`'s one argument); ValueError on bad input. ``nprocs``
     is only checked (the launch decides the rest: a type error there is a LaunchError)."""
     if isinstance(nprocs, int) and not isinstance(nprocs, bool) and nprocs < 2:
         raise ValueError(f"nprocs={nprocs}: a bandwidth sweep needs at least 2 ranks.")
-    return {"ops": resolve_ops(op), "sizes": sweep_sizes(min_bytes, max_bytes, factor),
-            "factor": factor, "iters": whole("iters", iters, 1, MAX_ITERS),
-            "warmup": whole("warmup", warmup, 0, MAX_ITERS), "dtype": resolve_dtype(dtype),
-            "progress": bool(progress), "check": bool(check), "inject": dict(inject or {}),
-            "graph": graph_launches(graph), "run_id": os.urandom(6).hex()}
+    return SweepConfig(ops=tuple(resolve_ops(op)),
+                       sizes=tuple(sweep_sizes(min_bytes, max_bytes, factor)), factor=factor,
+                       iters=whole("iters", iters, 1, MAX_ITERS),
+                       warmup=whole("warmup", warmup, 0, MAX_ITERS), dtype=resolve_dtype(dtype),
+                       progress=bool(progress), check=bool(check), graph=graph_launches(graph),
+                       run_id=os.urandom(6).hex())
 
 
-def result_frame(out: dict, cfg: dict) -> "pandas.DataFrame":
-    """What rank 0 of :func:`~dtlab.bench.timing.run_sweep` returned -> the sweep's DataFrame."""
+def sweep_result(out: dict, cfg: SweepConfig) -> SweepResult:
+    """What rank 0 of :func:`~dtlab.bench.timing.run_sweep` returned -> the sweep's result."""
     df = rows_to_frame(out["rows"], nranks=out["nranks"], backend=out["backend"], tool="dtlab")
-    df.attrs["header"] = _header(out, cfg)
-    df.attrs["unsupported"] = out["unsupported"]
-    df.attrs["skipped"] = out["skipped"]
-    return df
+    return SweepResult(df, _header(out, cfg), dict(out["unsupported"]), list(out["skipped"]))
 
 
-def _header(out: dict, cfg: dict) -> dict:
+def _header(out: dict, cfg: SweepConfig) -> dict:
     from .. import __version__
 
     devices = [{"rank": d["rank"], "group": 0, "pid": d["pid"], "host": d["host"],
@@ -196,10 +195,10 @@ def _header(out: dict, cfg: dict) -> dict:
     h = {"tool": "dtlab bench", "tool_version": __version__, "torch": out["torch"],
          "backend": out["backend"], "nranks": out["nranks"], "devices": devices,
          "nthreads": 1, "ngpus": 1,  # one process per rank, one device each (nccl-tests + MPI)
-         "min_bytes": cfg["sizes"][0], "max_bytes": cfg["sizes"][-1], "step": cfg["factor"],
-         "step_kind": "factor", "warmup_iters": cfg["warmup"], "iters": cfg["iters"],
-         "validation": int(cfg["check"]), "graph": int(cfg.get("graph", 0)),
-         "dtype": cfg["dtype"], "notes": [], "warnings": []}
+         "min_bytes": cfg.sizes[0], "max_bytes": cfg.sizes[-1], "step": cfg.factor,
+         "step_kind": "factor", "warmup_iters": cfg.warmup, "iters": cfg.iters,
+         "validation": int(cfg.check), "graph": int(cfg.graph),
+         "dtype": cfg.dtype, "notes": [], "warnings": []}
     if out.get("nccl_version"):
         h["nccl_version"] = out["nccl_version"]
     return h
@@ -229,13 +228,15 @@ def rows_to_frame(rows: list[dict], *, nranks: int | None, backend: str | None, 
 
 
 def to_frame(data) -> "pandas.DataFrame":
-    """A DataFrame from nccl-tests output (path or text), a report, or a list of reports --
-    the same columns :func:`sweep` returns, with ``tool == "nccl-tests"``, so the two sit side
-    by side in one table or plot. A DataFrame (or a ``.csv`` path) of a saved sweep comes back
+    """A DataFrame from nccl-tests output (path or text), a report, a list of reports, or a
+    :func:`sweep`'s result -- the same columns :func:`sweep`'s frame has, with
+    ``tool == "nccl-tests"`` for nccl-tests' rows, so the two sit side by side in one table or
+    plot (the headers are :func:`dtlab.bench.parse_nccl_tests_all`'s). A DataFrame (or a ``.csv`` path) of a saved sweep comes back
     with its ``op`` column in today's names: a sweep recorded before dtlab.vocab says
     ``alltoall`` where :func:`sweep` now says ``all_to_all``."""
     import pandas as pd
 
+    data = frame_of(data)
     if isinstance(data, (str, os.PathLike)) and os.fspath(data).endswith(".csv"):
         data = pd.read_csv(data)
     if isinstance(data, pd.DataFrame):
@@ -250,61 +251,21 @@ def to_frame(data) -> "pandas.DataFrame":
         tool = "nccl-tests" if h.get("tool", "nccl-tests") == "nccl-tests" else "dtlab"
         frames.append(rows_to_frame(rep["rows"], nranks=h.get("nranks"), tool=tool,
                                     backend=h.get("backend", "nccl"), op=h.get("op")))
-    df = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
-    df.attrs["header"] = dict(reports[0]["header"])
-    return df
+    return pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
 
 
 def _renamed(op):
     return op_name(op) if isinstance(op, str) else op
 
 
-def _clean(v):
-    """pandas/numpy scalars -> plain Python; NaN and <NA> -> None (JSON null, printed N/A)."""
-    import pandas as pd
-
-    if v is None or (not isinstance(v, str) and pd.isna(v)):
-        return None
-    return v.item() if hasattr(v, "item") else v
-
-
-def to_reports(df: "pandas.DataFrame") -> list[dict]:
-    """A sweep's DataFrame -> one report per (tool, op, nranks, backend): the JSON of
-    ``dtlab bench --json``, the same schema as ``dtlab nccl-tests --json``."""
-    base = dict(df.attrs.get("header") or {"tool": "dtlab bench"})
-    unsupported = dict(df.attrs.get("unsupported") or {})
-    reports = []
-    keys = ["tool", "op", "nranks", "backend"]
-    for key, part in df.groupby(keys, sort=False, dropna=False):
-        tool, op, nranks, backend = (_clean(k) for k in key)
-        rows = []
-        for rec in part.to_dict(orient="records"):
-            row = {k: _clean(rec[k]) for k in ("size", "count", "type", "redop", "root")}
-            for g in ("oop", "ip"):
-                row[g] = {k: _clean(rec[f"{g}_{k}"]) for k in _VALUES}
-            rows.append(row)
-        h = {**base, "op": op, "test": op, "nranks": nranks, "backend": backend,
-             "warnings": list(base.get("warnings", []))}
-        h["tool"] = "nccl-tests" if tool == "nccl-tests" else h.get("tool", "dtlab bench")
-        for g, why in unsupported.pop(op, {}).items():
-            h["warnings"].append(f"{_COLUMN_NAMES[g]} unsupported on {backend}: {why}")
-        reports.append({"header": h, "rows": rows, "trailer": summarize(rows)})
-    for op, cols in unsupported.items():  # ops with no row at all
-        warn = [f"{_COLUMN_NAMES[g]} unsupported on {base.get('backend')}: {why}"
-                for g, why in cols.items()]
-        reports.append({"header": {**base, "op": op, "test": op, "warnings": warn}, "rows": [],
-                        "trailer": None})
-    return reports
-
-
 def render_text(data) -> str:
-    """nccl-tests-like text for a sweep's DataFrame, a report, or a list of reports.
+    """nccl-tests-like text for a sweep's result (or DataFrame), a report, or a list of reports.
 
     >>> print(render_text(sweep("broadcast", "1K", "4K", backend="gloo")))    # doctest: +SKIP
     """
     import pandas as pd
 
-    if isinstance(data, pd.DataFrame):
+    if isinstance(data, (SweepResult, pd.DataFrame)):
         data = to_reports(data)
     reports = data if isinstance(data, list) else [data]
     return "\n".join(render_report(r) for r in reports)

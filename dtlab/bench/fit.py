@@ -1,7 +1,7 @@
 """The alpha-beta model of a sweep: ``time_us = alpha_us + size / (beta_GBps * 1e3)``.
 
-Contract: :func:`fit` takes a sweep (a :func:`dtlab.bench.sweep` / :func:`dtlab.bench.to_frame`
-DataFrame of one op on one number of ranks, or its path) and returns a :class:`Fit`: ``alpha_us``
+Contract: :func:`fit` takes a sweep (a :func:`dtlab.bench.sweep` result or a
+:func:`dtlab.bench.to_frame` DataFrame, of one op on one number of ranks, or its path) and returns a :class:`Fit`: ``alpha_us``
 (the fixed cost of one call), ``beta_GBps`` (the bytes-per-second slope, in nccl-tests' ``size``
 column's bytes), ``residuals`` (measured vs. model at every size), :meth:`Fit.predict`,
 :attr:`Fit.crossover_bytes` (where ``alpha == size / beta``: below it a call is latency-bound)
@@ -43,7 +43,6 @@ Terminal: ``python -c "import dtlab.bench as b; print(b.fit('data/h200x2-nccl-te
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -120,8 +119,7 @@ class Fit:
 def _points(frame, column: str, max_bytes):
     from .engine import to_frame
 
-    if isinstance(frame, (str, os.PathLike)):
-        frame = to_frame(frame)
+    frame = to_frame(frame)  # a path, a sweep's result, a DataFrame
     df = frame
     for key in ("op", "nranks", "tool"):
         if key in df and df[key].nunique(dropna=False) > 1:

@@ -46,8 +46,8 @@ def plot(data, link_limit_gbps: float | None = None, ax: "matplotlib.axes.Axes |
          title: str | None = None) -> "matplotlib.axes.Axes":
     """Plot busbw (GB/s) against size (log2 axis, 1K/1M/1G labels), one line per op/setting.
 
-    ``data``: a DataFrame from :func:`dtlab.bench.sweep` / :func:`dtlab.bench.to_frame`, or a
-    list of them. ``link_limit_gbps`` draws the link's speed, labelled ``link_label``. Works
+    ``data``: a :func:`dtlab.bench.sweep`'s result, a DataFrame (:func:`dtlab.bench.to_frame`),
+    or a list of them. ``link_limit_gbps`` draws the link's speed, labelled ``link_label``. Works
     headless (Agg); returns the Axes (``ax.figure.savefig(path)`` to write a file).
     """
     if column not in ("auto", "oop", "ip", "both"):
@@ -58,7 +58,7 @@ def plot(data, link_limit_gbps: float | None = None, ax: "matplotlib.axes.Axes |
     frames = [to_frame(f) for f in frames]
     if not frames or all(f.empty for f in frames):
         raise ValueError("nothing to plot: the data has no rows (did every op fail or get "
-                         "skipped? see df.attrs['unsupported'] / ['skipped']).")
+                         "skipped? see the sweep's .unsupported / .skipped).")
     if ax is None:
         import matplotlib.pyplot as plt
 

@@ -17,10 +17,25 @@ Per size and column, like nccl-tests' ``BenchTime``:
 
 Element ``g`` of rank ``r``'s pattern is ``((g mod 11)*5 + 3r + seed) mod 11 + 1``: small whole
 numbers, so sums over ranks are exact in every dtype (bf16 up to 23 ranks, int8 up to 11).
+
+Faults on purpose, for dtlab's own tests only: the ranks read :data:`FAULTS_VAR`
+(``DTLAB_TEST_FAULTS``), a JSON object, from their environment (dtlab.runtime's launch starts
+each rank with the parent's ``os.environ`` under its own variables, so ``monkeypatch.setenv`` in
+a test reaches the ranks of a later launch; a Pool's ranks keep the environment they started
+with). Keys:
+
+* ``"corrupt": k`` -- bump k elements of rank 0's result before the ``#wrong`` check, to prove
+  a bad result is caught;
+* ``"unsupported": [op, ...]`` -- those ops fail as on a backend without them;
+* ``"fail": {setting label: message}`` -- in a :func:`dtlab.tuning.sweep`, that setting's last
+  rank raises RuntimeError(message), as when NCCL rejects a setting.
+
+Nothing else reads it, and nothing in dtlab sets it.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import socket
@@ -32,6 +47,7 @@ import torch.distributed as dist
 from ..vocab import nccl_tests_type
 from .formulas import NCCL_TESTS_REDOP, NCCL_TESTS_ROOT, algbw, busbw, coll_shape
 from .report import TABLE_HEAD, render_row
+from .result import SweepConfig
 
 # torch's in-place-only APIs: the out-of-place column of these is N/A
 OOP_NA = {"all_reduce": "torch.distributed.all_reduce works in place",
@@ -200,9 +216,24 @@ def time_case(case: Case, iters: int, warmup: int, device, graph: int = 0) -> fl
     return _agree(seconds, dist.ReduceOp.MAX, device)
 
 
+FAULTS_VAR = "DTLAB_TEST_FAULTS"
+
+
+def faults() -> dict:
+    """The faults this rank is told to make (:data:`FAULTS_VAR`, see the module docstring);
+    {} when unset, as always outside dtlab's tests."""
+    text = os.environ.get(FAULTS_VAR, "").strip()
+    if not text:
+        return {}
+    got = json.loads(text)
+    if not isinstance(got, dict):
+        raise ValueError(f"{FAULTS_VAR}={text!r}: a JSON object, e.g. '{{\"corrupt\": 3}}'")
+    return got
+
+
 def check_case(case: Case, seed: int, device, corrupt: int = 0) -> int | None:
-    """#wrong over all ranks for one fresh call; None where it is N/A. ``corrupt`` (a test hook)
-    bumps that many of rank 0's output elements first, to prove a bad result is caught."""
+    """#wrong over all ranks for one fresh call; None where it is N/A. ``corrupt``
+    (:data:`FAULTS_VAR`'s) bumps that many of rank 0's output elements first."""
     if not case.verifiable:
         return None
     case.fill(seed)
@@ -222,10 +253,11 @@ def _column(op, chunk, inplace, cfg, device, dtype, seed, inject):
     """(seconds, wrong) for one column, or the reason it cannot run on this backend."""
     try:
         if op in inject.get("unsupported", ()):
-            raise RuntimeError(f"[test hook] backend does not support {op}")
+            raise RuntimeError(f"{FAULTS_VAR}: backend does not support {op}")
         case = Case(op, chunk, inplace, dtype, device)
-        seconds = time_case(case, cfg["iters"], cfg["warmup"], device, cfg.get("graph", 0))
-        wrong = check_case(case, seed, device, inject.get("corrupt", 0)) if cfg["check"] else None
+        seconds = time_case(case, cfg.iters, cfg.warmup, device, cfg.graph)
+        wrong = check_case(case, seed, device, int(inject.get("corrupt", 0))) \
+            if cfg.check else None
         del case
         return seconds, wrong, None
     except Exception as e:  # noqa: BLE001 -- only "the backend lacks this" is turned into data
@@ -245,7 +277,7 @@ def _exchange(me: dict, run_id: str, rank: int, n: int) -> list[dict]:
     return [json.loads(store.get(f"dtlab/bench/{run_id}/{r}")) for r in range(n)]
 
 
-def run_sweep(cfg: dict) -> dict | None:
+def run_sweep(cfg: SweepConfig) -> dict | None:
     """The rank function: every op x size x column; rank 0 prints a row per size as it ends
     and returns the rows (every rank holds the same numbers after the MAX/SUM reductions)."""
     rank, n = dist.get_rank(), dist.get_world_size()
@@ -255,33 +287,33 @@ def run_sweep(cfg: dict) -> dict | None:
     backend = dist.get_backend()
     device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" \
         else torch.device("cpu")
-    dtype = getattr(torch, cfg["dtype"])
+    dtype = getattr(torch, cfg.dtype)
     elem = torch.empty((), dtype=dtype).element_size()
-    inject = cfg.get("inject") or {}
+    inject = faults()
     me = {"rank": rank, "pid": os.getpid(), "host": socket.gethostname(), "device": str(device),
           "name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"}
-    devices = _exchange(me, cfg.get("run_id", "sweep"), rank, n)
-    if cfg.get("graph") and device.type != "cuda":
+    devices = _exchange(me, cfg.run_id, rank, n)
+    if cfg.graph and device.type != "cuda":
         raise ValueError("graph=True needs the NCCL backend on CUDA devices; this launch runs "
                          f"{backend}.")
     rows, unsupported, skipped = [], {}, []
     # (op, inplace) pairs the backend cannot run; out-of-place of in-place-only APIs counts too
     bad = {(op, False) for op in OOP_NA}
-    total, done, show = len(cfg["ops"]) * len(cfg["sizes"]), 0, cfg["progress"] and rank == 0
+    total, done, show = len(cfg.ops) * len(cfg.sizes), 0, cfg.progress and rank == 0
     if show:
         print(TABLE_HEAD, flush=True)
-    for op in cfg["ops"]:
+    for op in cfg.ops:
         if show:
-            print(f"# {op}: {len(cfg['sizes'])} sizes, {n} ranks, {backend}, {cfg['dtype']}",
+            print(f"# {op}: {len(cfg.sizes)} sizes, {n} ranks, {backend}, {cfg.dtype}",
                   flush=True)
-        for i, requested in enumerate(cfg["sizes"]):
+        for i, requested in enumerate(cfg.sizes):
             done += 1
             shape = coll_shape(op, requested, n, elem)
             if shape.size == 0 or {(op, False), (op, True)} <= bad:
                 skipped.append((op, requested))  # 0 B after nccl-tests' rounding, or no support
                 continue
             row = {"op": op, "size": shape.size, "count": shape.count,
-                   "type": nccl_tests_type(cfg["dtype"]),
+                   "type": nccl_tests_type(cfg.dtype),
                    "redop": NCCL_TESTS_REDOP[op], "root": NCCL_TESTS_ROOT.get(op, -1)}
             for inplace, g in ((False, "oop"), (True, "ip")):
                 # shape.count is the NCCL count argument: per rank for the chunked collectives

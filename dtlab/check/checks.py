@@ -269,7 +269,7 @@ def bandwidth(nprocs: int, backend: str, curve: bool = False, links=None,
     from ..bench import sweep
 
     df = sweep("all_reduce", 1 << 20 if curve else BANDWIDTH_BYTES, BANDWIDTH_BYTES, factor=4,
-               nprocs=nprocs, backend="nccl", iters=10, warmup=3, progress=False)
+               nprocs=nprocs, backend="nccl", iters=10, warmup=3, progress=False).frame
     busbw = float(df.loc[df["size"] == BANDWIDTH_BYTES, "ip_busbw"].max())
     if into is not None:
         into["busbw"] = busbw
@@ -417,7 +417,7 @@ def latency(nprocs: int, backend: str, links=None) -> Row:
     from ..bench import sweep
 
     df = sweep("all_reduce", *LATENCY_SIZES, nprocs=nprocs, backend="nccl", iters=20, warmup=5,
-               graph=True, progress=False)
+               graph=True, progress=False).frame
     med = float(df["ip_time_us"].median())
     ceiling, how = links or link_ceiling()
     nvlink = how.startswith("NVLink")

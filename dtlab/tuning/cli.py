@@ -70,18 +70,19 @@ def check(args) -> None:
 def run(args) -> int:
     import sys
 
-    from ..reporting import Plain, emit
-    from . import plot, sweep, table, to_json
+    from ..reporting import emit
+    from . import plot, sweep
 
-    df = sweep(args.settings, timeout=args.timeout, log_dir=args.log_dir, progress=True,
-               progress_stream=sys.stderr if args.json else None, **_sweep_args(args))
+    result = sweep(args.settings, timeout=args.timeout, log_dir=args.log_dir, progress=True,
+                   progress_stream=sys.stderr if args.json else None, **_sweep_args(args))
+    df = result.frame
     if args.csv:
         df.to_csv(args.csv, index=False)
     if args.plot and (df["status"] == "ok").any():
         import matplotlib
 
         matplotlib.use("Agg")  # a file, never a window
-        plot(df).figure.savefig(args.plot, dpi=120, bbox_inches="tight")
-    emit(Plain(to_json(df), table(df)), args.json)
+        plot(result).figure.savefig(args.plot, dpi=120, bbox_inches="tight")
+    emit(result, args.json)
     ok = df[df["status"] == "ok"]
     return 2 if ok.empty else 1 if (ok["wrong"].fillna(0) > 0).any() else 0

@@ -1,4 +1,6 @@
-"""Reading a tuning sweep: the best setting per size, a text table, a plot, JSON.
+"""Reading a tuning sweep: :class:`TuneResult` (what :func:`dtlab.tuning.sweep` returns), the
+best setting per size, a text table, a plot, JSON -- of a result, or of a bare DataFrame (a
+recorded CSV: no notes, settings or failures beside it).
 
 >>> import pandas as pd
 >>> df = pd.DataFrame({"setting": ["default", "PROTO=LL"], "op": "all_reduce",
@@ -12,6 +14,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..vocab import format_size, parse_size
@@ -21,13 +24,57 @@ if TYPE_CHECKING:
     import matplotlib.axes
     import pandas
 
+@dataclass(frozen=True)
+class TuneResult:
+    """One tuning sweep (or several, :func:`dtlab.tuning.combine`):
+
+    * ``frame`` -- one row per (setting, size), :func:`dtlab.tuning.columns`;
+    * ``settings`` -- {label: the NCCL variables that setting's ranks started with};
+    * ``failed`` -- {label: NCCL's words, else the error's first line} for settings that did
+      not finish; ``errors`` -- {label: the whole error text, every rank's traceback};
+    * ``notes`` -- what to know when reading the numbers (no NCCL log on gloo, ...);
+    * ``nccl`` -- {label: transport, channels, NCCL's env and version, from its log};
+    * ``log_dirs`` -- {label: the folder of its NCCL logs, None where they were removed};
+    * ``header`` -- the first finished setting's nccl-tests-style header (devices, versions);
+    * ``forced`` -- the variables every setting runs with (NCCL_NVLS_ENABLE=0).
+    """
+
+    frame: "pandas.DataFrame"
+    settings: dict = field(default_factory=dict)
+    failed: dict = field(default_factory=dict)
+    errors: dict = field(default_factory=dict)
+    notes: list = field(default_factory=list)
+    nccl: dict = field(default_factory=dict)
+    log_dirs: dict = field(default_factory=dict)
+    header: dict = field(default_factory=dict)
+    forced: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        """What ``dtlab tune --json`` prints (:func:`dtlab.tuning.to_json`)."""
+        return to_json(self)
+
+    def render(self) -> str:
+        """What ``dtlab tune`` prints (:func:`dtlab.tuning.table`)."""
+        return table(self)
+
+
+def split(data: Any) -> tuple["pandas.DataFrame", TuneResult | None]:
+    """(its frame, the result) for a sweep's result; (the frame, None) for a bare DataFrame (a
+    recorded CSV: no settings, notes or failures beside it)."""
+    if isinstance(data, TuneResult):
+        return data.frame, data
+    return data, None
+
+
 BEST_COLUMNS = ["op", "size", "best", "busbw", "time_us", "default_busbw", "default_time_us",
                 "speedup", "margin_pct", "algorithm", "protocol", "channels", "transport"]
 
 
-def default_label(df: "pandas.DataFrame") -> str:
-    """The label of the setting that sets no NCCL variable (NCCL's own choices)."""
-    for label, env in (df.attrs.get("settings") or {}).items():
+def default_label(data: "TuneResult | pandas.DataFrame") -> str:
+    """The label of the setting that sets no NCCL variable (NCCL's own choices); "default" for
+    a bare DataFrame."""
+    _, res = split(data)
+    for label, env in (res.settings if res else {}).items():
         if not {k: v for k, v in env.items() if k not in FORCED}:
             return label
     return "default"
@@ -52,7 +99,7 @@ def _isna(v) -> bool:
     return bool(pd.isna(v))
 
 
-def best(df: "pandas.DataFrame", size: Any = None) -> "pandas.DataFrame":
+def best(data: "TuneResult | pandas.DataFrame", size: Any = None) -> "pandas.DataFrame":
     """The fastest setting at each size (or at ``size``: 1048576, "1M", or a list), among rows
     that finished with ``#wrong`` 0, and its margin over NCCL's default at that size:
     ``speedup`` = default's time / best's time, ``margin_pct`` = (speedup - 1) x 100 (NaN when
@@ -63,11 +110,12 @@ def best(df: "pandas.DataFrame", size: Any = None) -> "pandas.DataFrame":
     """
     import pandas as pd
 
+    df, _ = split(data)
     wanted = _sizes(size)
     ok = df[(df["status"] == "ok") & df["time_us"].notna()]
     if "wrong" in ok:
         ok = ok[ok["wrong"].fillna(0) == 0]
-    base = default_label(df)
+    base = default_label(data)
     rows = []
     for (op, sz), part in ok.groupby(["op", "size"], sort=True):
         if wanted is not None and int(sz) not in wanted:
@@ -121,12 +169,12 @@ def _block(label: str, part: "pandas.DataFrame", many_ops: bool) -> list[str]:
     return out
 
 
-def best_text(df: "pandas.DataFrame") -> str:
+def best_text(data: "TuneResult | pandas.DataFrame") -> str:
     """The best setting per size as text (see :func:`best`)."""
-    b = best(df)
+    b = best(data)
     if b.empty:
         return "best setting per size: none (no setting finished with #wrong 0)"
-    out = [f"best setting per size (fastest with #wrong 0; margin = {default_label(df)}'s time "
+    out = [f"best setting per size (fastest with #wrong 0; margin = {default_label(data)}'s time "
            f"/ best's time - 1)",
            f"  {'size':>6s}  {'best':<28s}  {'busbw':>7s}  {'default':>7s}  {'margin':>8s}  "
            f"{'algorithm/protocol':<20s}  {'ch':>3s}  transport"]
@@ -141,8 +189,9 @@ def best_text(df: "pandas.DataFrame") -> str:
     return "\n".join(out)
 
 
-def wide_text(df: "pandas.DataFrame") -> str:
+def wide_text(data: "TuneResult | pandas.DataFrame") -> str:
     """busbw (GB/s) as a matrix: one line per size, one column per setting that finished."""
+    df, _ = split(data)
     ok = df[df["status"] == "ok"]
     labels = list(dict.fromkeys(ok["setting"]))
     width = {s: max(8, len(s)) for s in labels}
@@ -155,27 +204,28 @@ def wide_text(df: "pandas.DataFrame") -> str:
     return "\n".join(out)
 
 
-def table(df: "pandas.DataFrame", wide: bool = False) -> str:
+def table(data: "TuneResult | pandas.DataFrame", wide: bool = False) -> str:
     """The sweep as text: notes, then per setting its rows with NCCL's algorithm, protocol,
     channels and transport beside each (``wide=True``: a busbw matrix instead), then the best
     setting per size with its margin over the default.
 
     >>> print(table(df))                                              # doctest: +SKIP
     """
-    out = [f"# note: {n}" for n in df.attrs.get("notes", [])]
+    df, res = split(data)
+    out = [f"# note: {n}" for n in (res.notes if res else [])]
     if wide:
         out.append(wide_text(df))
     else:
         many_ops = df["op"].nunique() > 1
         for label in dict.fromkeys(df["setting"]):
             out += _block(label, df[df["setting"] == label], many_ops)
-    out += ["", best_text(df)]
+    out += ["", best_text(data)]
     return "\n".join(out)
 
 
 # --- plot --------------------------------------------------------------------------------------
 
-def plot(df: "pandas.DataFrame", link_limit_gbps: float | None = None,
+def plot(data: "TuneResult | pandas.DataFrame", link_limit_gbps: float | None = None,
          link_label: str | None = None, ax: "matplotlib.axes.Axes | None" = None,
          title: str | None = None) -> "matplotlib.axes.Axes":
     """busbw vs size, one line per setting (dtlab.bench.plot's axes: log2 sizes labelled
@@ -188,9 +238,10 @@ def plot(df: "pandas.DataFrame", link_limit_gbps: float | None = None,
 
     from ..bench.plot import plot as bench_plot
 
+    df, res = split(data)
     ok = df[(df["status"] == "ok") & df["busbw"].notna()]
     if ok.empty:
-        raise ValueError("nothing to plot: no setting finished (see df.attrs['failed']).")
+        raise ValueError("nothing to plot: no setting finished (see the sweep's .failed).")
     many_ops = ok["op"].nunique() > 1
     frames, names = [], []
     for label in dict.fromkeys(ok["setting"]):
@@ -213,7 +264,7 @@ def plot(df: "pandas.DataFrame", link_limit_gbps: float | None = None,
         line.set_label(name)
         if i >= 10:  # the colour cycle repeats after 10: tell those lines apart by style
             line.set_linestyle("--")
-    for label, err in (df.attrs.get("failed") or {}).items():
+    for label, err in (res.failed if res else {}).items():
         ax.plot([], [], " ", label=f"{label}: failed ({str(err)[:50]})")
     ax.legend(fontsize="small", ncol=2 if len(names) > 6 else 1)
     return ax
@@ -227,11 +278,12 @@ def _plain(v):
     return v.item() if hasattr(v, "item") else v
 
 
-def to_json(df: "pandas.DataFrame") -> dict:
+def to_json(data: "TuneResult | pandas.DataFrame") -> dict:
     """Everything ``dtlab tune --json`` prints: rows, best per size, notes, settings, failures,
-    NCCL's account per setting. NaN and <NA> become null."""
+    NCCL's account per setting (null for a bare DataFrame). NaN and <NA> become null."""
+    df, res = split(data)
     rows = [{k: _plain(v) for k, v in r.items()} for r in df.to_dict(orient="records")]
-    b = [{k: _plain(v) for k, v in r.items()} for r in best(df).to_dict(orient="records")]
+    b = [{k: _plain(v) for k, v in r.items()} for r in best(data).to_dict(orient="records")]
     keep = ("notes", "settings", "failed", "nccl", "log_dirs", "forced")
-    return {**{k: df.attrs.get(k) for k in keep}, "default": default_label(df), "rows": rows,
-            "best": b}
+    return {**{k: getattr(res, k) if res else None for k in keep}, "default": default_label(data),
+            "rows": rows, "best": b}

@@ -20,15 +20,19 @@ import os
 import re
 import shutil
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
 from ..vocab import format_size
 from .account import annotate, debug_env, read_account
+from .report import TuneResult, split
 from .settings import FORCED, TUNABLE, VARS, Setting, resolve_settings
 
 if TYPE_CHECKING:
     import pandas
+
+    from ..bench.result import SweepConfig
 
 MEASURED = ["op", "size", "count", "type", "time_us", "algbw", "busbw", "wrong"]
 ACCOUNT = ["algorithm", "protocol", "channels", "comm_channels", "transport"]
@@ -40,13 +44,32 @@ def columns(var_names: Sequence[str]) -> list[str]:
     return ["setting", *var_names, *MEASURED, *ACCOUNT, *TAIL]
 
 
-def run_setting(cfg: dict, fail: str | None = None) -> dict | None:
-    """Rank side of one setting: :func:`dtlab.bench.timing.run_sweep`. ``fail`` is a test hook:
-    the last rank raises it, as a setting that NCCL rejects makes a rank raise."""
+@dataclass(frozen=True)
+class TuneOptions:
+    """How a tuning sweep runs, beside what each setting measures (its
+    :class:`~dtlab.bench.result.SweepConfig`): :func:`sweep`'s keyword arguments of the same
+    names, checked."""
+
+    nprocs: int | None = None
+    backend: str = "auto"
+    progress: bool = True
+    timeout: float | None = 300
+    log_dir: str | os.PathLike | None = None
+    nccl_log: bool = True
+    with_default: bool = True
+    env: dict = field(default_factory=dict)
+    progress_stream: Any = None
+
+
+def run_setting(cfg: "SweepConfig", label: str = "") -> dict | None:
+    """Rank side of one setting (``label``): :func:`dtlab.bench.timing.run_sweep`. A test may
+    make the setting's last rank raise, as a setting that NCCL rejects makes a rank raise
+    (``"fail"`` of :data:`dtlab.bench.timing.FAULTS_VAR`)."""
     import torch.distributed as dist
 
-    from ..bench.timing import run_sweep
+    from ..bench.timing import faults, run_sweep
 
+    fail = (faults().get("fail") or {}).get(label)
     if fail and dist.get_rank() == dist.get_world_size() - 1:
         raise RuntimeError(fail)
     # run_sweep exchanges device names through the store, not an NCCL collective, so a setting
@@ -113,7 +136,8 @@ def nccl_reason(err: BaseException, account: dict | None) -> str | None:
     return m.group(1).strip() if m else None
 
 
-def _rows(setting: Setting, frame, err, account, var_names, cfg, backend, nranks) -> list[dict]:
+def _rows(setting: Setting, frame, err, account, var_names, cfg: "SweepConfig", backend,
+          nranks) -> list[dict]:
     import pandas as pd
 
     base = {"setting": setting.label, **{v: setting.env.get(v) for v in var_names}}
@@ -122,7 +146,7 @@ def _rows(setting: Setting, frame, err, account, var_names, cfg, backend, nranks
         return [{**base, "op": op, "status": status, "error": error_line(err),
                  "nccl_error": nccl_reason(err, account), "backend": backend, "nranks": nranks,
                  "transport": (account or {}).get("transport"),
-                 "comm_channels": (account or {}).get("comm_channels")} for op in cfg["ops"]]
+                 "comm_channels": (account or {}).get("comm_channels")} for op in cfg.ops]
     frame = annotate(frame, account)
     rows = []
     for rec in frame.to_dict(orient="records"):
@@ -204,8 +228,8 @@ def sweep(settings: Any = None, op: str | Sequence[str] = "all_reduce",
           iters: int = 20, warmup: int = 5, dtype: Any = "float32", nprocs: int | None = None,
           backend: str = "auto", progress: bool = True, timeout: float | None = 300,
           log_dir: str | os.PathLike | None = None, nccl_log: bool = True,
-          with_default: bool = True, env: dict | None = None, progress_stream=None,
-          _inject: dict | None = None) -> "pandas.DataFrame":
+          with_default: bool = True, env: dict | None = None,
+          progress_stream=None) -> TuneResult:
     """busbw vs size of ``op`` under each NCCL setting, each setting in fresh ranks.
 
     ``settings``: dicts of NCCL variables (:func:`grid` makes them), preset or group names
@@ -215,40 +239,48 @@ def sweep(settings: Any = None, op: str | Sequence[str] = "all_reduce",
     are :func:`dtlab.bench.sweep`'s; ``timeout`` is per setting. ``nccl_log``: capture NCCL's
     account (NCCL_DEBUG=INFO) into ``log_dir/<setting>/`` (default: a temporary folder, removed
     afterwards). ``env``: extra variables for every setting. ``progress_stream``: where the
-    terminal progress lines go (default stdout). ``_inject`` (tests):
-    ``{"fail": {label: message}}`` makes that setting's last rank raise ``message``.
+    terminal progress lines go (default stdout).
 
     >>> import dtlab.tuning as tuning
-    >>> df = tuning.sweep(["default", {"NCCL_PROTO": "LL"}], min_bytes="1K", max_bytes="4K",
-    ...                   nprocs=2, backend="gloo")                               # doctest: +SKIP
-    >>> print(tuning.table(df))                                                 # doctest: +SKIP
+    >>> res = tuning.sweep(["default", {"NCCL_PROTO": "LL"}], min_bytes="1K", max_bytes="4K",
+    ...                    nprocs=2, backend="gloo")                              # doctest: +SKIP
+    >>> print(res.render())                     # = tuning.table(res)          # doctest: +SKIP
 
-    Returns one row per (setting, size) -- see :func:`columns` -- or one row per op with status
-    "failed"/"timeout" for a setting that did not finish; ``df.attrs``: "settings", "failed",
-    "errors" (the full error text), "notes", "nccl" (per setting: transport, channels, NCCL's
-    env), "log_dirs", "header".
+    Returns a :class:`~dtlab.tuning.report.TuneResult`: ``frame``, one row per (setting, size)
+    -- see :func:`columns` -- or one row per op with status "failed"/"timeout" for a setting
+    that did not finish; beside it "settings", "failed", "errors" (the full error text),
+    "notes", "nccl" (per setting: transport, channels, NCCL's env), "log_dirs", "header".
     Terminal: ``dtlab tune --algo Ring,Tree -b 1K -e 256M``.
     """
+    chosen, cfg, plan, extra = check(settings, op, min_bytes, max_bytes, factor, iters, warmup,
+                                     dtype, nprocs, backend, with_default, env)
+    opts = TuneOptions(nprocs=nprocs, backend=backend, progress=bool(progress), timeout=timeout,
+                       log_dir=log_dir, nccl_log=bool(nccl_log), with_default=with_default,
+                       env=extra, progress_stream=progress_stream)
+    return _run(chosen, cfg, plan, opts)
+
+
+def _run(chosen: list[Setting], cfg: "SweepConfig", plan, opts: TuneOptions) -> TuneResult:
+    """Each setting in fresh ranks (``plan``: :func:`check`'s launch plan)."""
     import pandas as pd
 
-    from ..bench.engine import result_frame
+    from ..bench.engine import sweep_result
     from ..runtime import HangError, RankError, run
     from .progress import Progress
 
-    chosen, cfg, plan, extra = check(settings, op, min_bytes, max_bytes, factor, iters, warmup,
-                                     dtype, nprocs, backend, with_default, env)
-    logging = bool(nccl_log) and plan.backend == "nccl"
-    own_root = logging and log_dir is None
+    logging = opts.nccl_log and plan.backend == "nccl"
+    own_root = logging and opts.log_dir is None
     root = Path(tempfile.mkdtemp(prefix="dtlab-tune-")) if own_root else \
-        Path(log_dir) if log_dir is not None else None
+        Path(opts.log_dir) if opts.log_dir is not None else None
     inherited = {k: os.environ[k] for k in TUNABLE if k in os.environ}
     var_names = [v for v in VARS if any(v in s.env for s in chosen)]
-    sizes = cfg["sizes"]
-    what = (f"{', '.join(cfg['ops'])} {format_size(sizes[0])}..{format_size(sizes[-1])} "
-            f"(x{factor}), {plan.nprocs} ranks {plan.backend}, {warmup}+{iters} calls per size")
+    sizes = cfg.sizes
+    what = (f"{', '.join(cfg.ops)} {format_size(sizes[0])}..{format_size(sizes[-1])} "
+            f"(x{cfg.factor}), {plan.nprocs} ranks {plan.backend}, {cfg.warmup}+{cfg.iters} "
+            f"calls per size")
     if plan.backend != "nccl":
         what += f" | {plan.backend}: NCCL settings change nothing here, no NCCL log"
-    bar = Progress(len(chosen), what, stream=progress_stream) if progress else None
+    bar = Progress(len(chosen), what, stream=opts.progress_stream) if opts.progress else None
     rows: list[dict] = []
     failed, errors, accounts, folders, header = {}, {}, {}, {}, None
     try:
@@ -256,18 +288,17 @@ def sweep(settings: Any = None, op: str | Sequence[str] = "all_reduce",
             for i, s in enumerate(chosen):
                 if bar:
                     bar.start(i, s.label)
-                run_env = {**extra, **s.launch_env()}
+                run_env = {**opts.env, **s.launch_env()}
                 folder = _fresh_folder(root, s.label) if logging else None
                 if folder:
                     run_env.update(debug_env(folder))
                     folders[s.label] = None if own_root else str(folder)
-                fail = ((_inject or {}).get("fail") or {}).get(s.label)
                 frame = err = None
                 try:
-                    res = run(run_setting, cfg, fail, nprocs=plan.nprocs, backend=plan.backend,
-                              timeout=timeout, env=run_env)
-                    frame = result_frame(res.values[0], cfg)
-                    header = header or frame.attrs.get("header")
+                    res = run(run_setting, cfg, s.label, nprocs=plan.nprocs,
+                              backend=plan.backend, timeout=opts.timeout, env=run_env)
+                    measured = sweep_result(res.values[0], cfg)
+                    frame, header = measured.frame, header or measured.header
                 except (RankError, HangError) as e:  # data, not the end of the sweep
                     err = e
                 account = read_account(folder) if folder else None
@@ -295,33 +326,33 @@ def sweep(settings: Any = None, op: str | Sequence[str] = "all_reduce",
     for c in (*var_names, "algorithm", "protocol", "transport", "error", "nccl_error"):
         if df[c].isna().all():  # all None (gloo): keep a text column, not float NaN
             df[c] = pd.Series([None] * len(df), index=df.index, dtype=object)
-    df.attrs.update({"settings": {s.label: s.launch_env() for s in chosen}, "failed": failed,
-                     "errors": errors,
-                     "notes": _notes(plan.backend, bool(nccl_log), inherited), "nccl": accounts,
-                     "log_dirs": folders, "header": header or {}, "forced": dict(FORCED)})
-    return df
+    return TuneResult(df, settings={s.label: s.launch_env() for s in chosen}, failed=failed,
+                      errors=errors, notes=_notes(plan.backend, opts.nccl_log, inherited),
+                      nccl=accounts, log_dirs=folders, header=header or {},
+                      forced=dict(FORCED))
 
 
-def combine(*frames: "pandas.DataFrame") -> "pandas.DataFrame":
-    """Several sweeps' frames as one (e.g. the network setting swept to a smaller max size):
-    rows concatenated, the per-setting ``attrs`` merged, notes de-duplicated."""
+def combine(*results: "TuneResult | pandas.DataFrame") -> TuneResult:
+    """Several sweeps as one (e.g. the network setting swept to a smaller max size): rows
+    concatenated, the per-setting records merged, notes de-duplicated, the first sweep's
+    header. A bare DataFrame adds its rows only."""
     import pandas as pd
 
-    if not frames:
-        raise ValueError("combine() needs at least one frame from dtlab.tuning.sweep.")
-    df = pd.concat(frames, ignore_index=True)
+    if not results:
+        raise ValueError("combine() needs at least one result of dtlab.tuning.sweep.")
+    parts = [split(r) for r in results]
+    df = pd.concat([f for f, _ in parts], ignore_index=True)
     var_names = [v for v in VARS if v in df.columns]  # the union, in the usual column order
     df = df[columns(var_names) + [c for c in df.columns if c not in columns(var_names)]]
-    attrs: dict[str, Any] = {"notes": []}
-    for f in frames:
-        for k, v in f.attrs.items():
-            if k == "notes":
-                attrs["notes"] += [n for n in v if n not in attrs["notes"]]
-            elif k == "header":
-                attrs["header"] = attrs.get("header") or v  # the first sweep's machine
-            elif isinstance(v, dict):
-                attrs.setdefault(k, {}).update(v)
-            else:
-                attrs.setdefault(k, v)
-    df.attrs = attrs
-    return df
+    merged: dict[str, Any] = {k: {} for k in ("settings", "failed", "errors", "nccl",
+                                              "log_dirs", "forced")}
+    notes: list[str] = []
+    header: dict = {}
+    for _, res in parts:
+        if res is None:
+            continue
+        for k, v in merged.items():
+            v.update(getattr(res, k) or {})
+        notes += [n for n in res.notes if n not in notes]
+        header = header or dict(res.header or {})  # the first sweep's machine
+    return TuneResult(df, notes=notes, header=header, **merged)

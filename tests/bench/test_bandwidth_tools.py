@@ -56,7 +56,7 @@ def test_graph_replays_default_to_nccl_tests_g100_and_bad_counts_are_refused():
 
     assert GRAPH_LAUNCHES == 100  # what BENCHMARKS.md's nccl-tests runs use (-G 100)
     for given, replays in ((False, 0), (True, GRAPH_LAUNCHES), (1, 1), (7, 7)):
-        assert make_config("all_reduce", 8, 64, graph=given)["graph"] == replays
+        assert make_config("all_reduce", 8, 64, graph=given).graph == replays
     for bad in (0, -1, 2.5, "100", 10**9):
         with pytest.raises(ValueError, match="graph="):
             make_config("all_reduce", 8, 64, graph=bad)

@@ -12,7 +12,7 @@ import torch
 import dtlab
 from dtlab.bench import (FRAME_COLUMNS, OPS, busbw, coll_shape, parse_nccl_tests_all,
                          render_text, sweep, sweep_sizes, to_reports)
-from dtlab.bench.timing import is_unsupported, pattern, summed
+from dtlab.bench.timing import FAULTS_VAR, is_unsupported, pattern, summed
 from dtlab.cli import main
 
 FAST = dict(nprocs=2, backend="gloo", iters=3, warmup=1, timeout=60)
@@ -26,13 +26,13 @@ def every_op():
     checks for left-behind processes itself, as the no_orphans fixture does per test)."""
     from conftest import assert_no_descendants
 
-    df = sweep("all", 8, "4K", **FAST)
+    res = sweep("all", 8, "4K", **FAST)
     assert_no_descendants()
-    return df
+    return res
 
 
 def test_every_op_runs_and_checks_clean(every_op):
-    df = every_op
+    df = every_op.frame
     assert list(df.columns) == FRAME_COLUMNS
     assert list(dict.fromkeys(df["op"])) == list(OPS)
     assert set(df["backend"]) == {"gloo"} and set(df["nranks"]) == {2}
@@ -50,7 +50,7 @@ def test_every_op_runs_and_checks_clean(every_op):
 
 
 def test_sizes_counts_and_bandwidths_follow_nccl_tests(every_op):
-    df = every_op
+    df = every_op.frame
     for op, part in df.groupby("op"):
         want = [coll_shape(op, s, 2, 4) for s in sweep_sizes(8, "4K")]
         want = [w for w in want if w.size]
@@ -61,7 +61,7 @@ def test_sizes_counts_and_bandwidths_follow_nccl_tests(every_op):
                 t = r[f"{g}_time_us"]
                 if not math.isnan(t):
                     assert r[f"{g}_busbw"] == pytest.approx(busbw(op, r["size"], t * 1e-6, 2))
-    skipped = every_op.attrs["skipped"]
+    skipped = every_op.skipped
     assert ("all_gather", 8) in skipped and ("all_gather", 16) in skipped  # 0 B after rounding
     assert not any(op == "all_reduce" for op, _ in skipped)
     assert df.loc[df["op"] == "broadcast", "root"].eq(0).all()
@@ -80,32 +80,73 @@ def test_text_json_and_csv_outputs(every_op, tmp_path):
             assert a["ip"]["time_us"] == pytest.approx(b["ip"]["time_us"], abs=0.5)
     assert json.loads(json.dumps(to_reports(every_op)))[0]["rows"][0]["oop"]["time_us"] is None
     path = tmp_path / "sweep.csv"
-    every_op.to_csv(path, index=False)
+    every_op.frame.to_csv(path, index=False)
     back = pd.read_csv(path)
-    assert list(back.columns) == FRAME_COLUMNS and len(back) == len(every_op)
+    assert list(back.columns) == FRAME_COLUMNS and len(back) == len(every_op.frame)
+
+
+def test_the_result_is_a_report_and_goes_where_a_frame_goes(every_op):
+    """to_dict()/render() are what `dtlab bench --json` / `dtlab bench` print; the functions
+    that read a sweep take the result or its bare frame (no header then: nothing rides on
+    DataFrame.attrs)."""
+    import matplotlib
+
+    from dtlab import bench
+    from dtlab.reporting import Report
+
+    matplotlib.use("Agg")
+    assert isinstance(every_op, Report) and every_op.render() == render_text(every_op)
+    assert every_op.to_dict() == to_reports(every_op)
+    assert every_op.to_dict()[0]["header"]["backend"] == "gloo" == every_op.header["backend"]
+    assert bench.to_frame(every_op) is every_op.frame and not every_op.frame.attrs
+    assert to_reports(every_op.frame)[0]["header"]["tool"] == "dtlab bench"
+    assert len(bench.plot(every_op).lines) == len(bench.plot(every_op.frame).lines) > 0
+    ar = type(every_op)(every_op.frame[every_op.frame["op"] == "all_reduce"])
+    assert bench.fit(ar).alpha_us == bench.fit(ar.frame).alpha_us
+
+
+def test_faults_come_only_from_their_variable(monkeypatch):
+    import inspect
+
+    import dtlab.tuning
+    from dtlab.bench.timing import faults
+
+    for fn in (sweep, dtlab.tuning.sweep):
+        assert not [p for p in inspect.signature(fn).parameters if p.startswith("_")]
+    monkeypatch.delenv(FAULTS_VAR, raising=False)
+    assert faults() == {}
+    monkeypatch.setenv(FAULTS_VAR, '{"corrupt": 2}')
+    assert faults() == {"corrupt": 2}
+    monkeypatch.setenv(FAULTS_VAR, "[1]")
+    with pytest.raises(ValueError, match=FAULTS_VAR):
+        faults()
 
 
 @pytest.mark.usefixtures("no_orphans")
-def test_wrong_count_catches_a_corrupted_result():
-    df = sweep(["all_reduce", "all_gather", "reduce", "alltoall"], 64, 128, progress=False,
-               _inject={"corrupt": 3}, **FAST)
+def test_wrong_count_catches_a_corrupted_result(monkeypatch):
+    monkeypatch.setenv(FAULTS_VAR, json.dumps({"corrupt": 3}))
+    res = sweep(["all_reduce", "all_gather", "reduce", "alltoall"], 64, 128, progress=False,
+                **FAST)
+    df = res.frame
     assert "all_to_all" in set(df["op"]) and "alltoall" not in set(df["op"])  # torch's name out
     for _, r in df.iterrows():
         for g in ("oop", "ip"):
             if pd.notna(r[f"{g}_time_us"]) and not (g == "ip" and r["op"] in IP_UNCHECKED):
                 assert r[f"{g}_wrong"] == 3, (r["op"], g)
-    assert "FAILED" in render_text(df)
+    assert "FAILED" in render_text(res) and "FAILED" in res.render()
 
 
 @pytest.mark.usefixtures("no_orphans")
-def test_unsupported_op_is_reported_not_fatal(capsys):
-    df = sweep(["reduce_scatter", "broadcast"], 64, 128,
-               _inject={"unsupported": ["reduce_scatter"]}, **FAST)
+def test_unsupported_op_is_reported_not_fatal(capsys, monkeypatch):
+    monkeypatch.setenv(FAULTS_VAR, json.dumps({"unsupported": ["reduce_scatter"]}))
+    res = sweep(["reduce_scatter", "broadcast"], 64, 128, **FAST)
+    df = res.frame
     assert set(df["op"]) == {"broadcast"} and (df["ip_wrong"] == 0).all()
-    why = df.attrs["unsupported"]["reduce_scatter"]
+    why = res.unsupported["reduce_scatter"]
     assert set(why) == {"oop", "ip"} and "does not support" in why["oop"]
     assert "reduce_scatter: out-of-place unsupported on gloo" in capsys.readouterr().out
-    assert "unsupported on gloo" in render_text(df)
+    assert "unsupported on gloo" in render_text(res)
+    assert "unsupported on gloo" in res.to_dict()[-1]["header"]["warnings"][0]
 
 
 @pytest.mark.usefixtures("no_orphans")
@@ -118,7 +159,8 @@ def test_pool_path_calls_pool_run():
             return dtlab.run(fn, *args, nprocs=2, backend="gloo", timeout=timeout)
 
     pool = RecordingPool()
-    df = sweep("sendrecv", 64, 64, pool=pool, progress=False, iters=2, warmup=0, timeout=45)
+    df = sweep("sendrecv", 64, 64, pool=pool, progress=False, iters=2, warmup=0,
+               timeout=45).frame
     assert pool.calls == [("run_sweep", 45)]
     assert list(df["size"]) == [64] and df["oop_wrong"].iloc[0] == 0
 

@@ -4,6 +4,7 @@ machine with ``pytest -m gpu tests/bench``."""
 import pytest
 
 from dtlab.bench import OPS, busbw, sweep
+from dtlab.bench.timing import FAULTS_VAR
 
 from conftest import needs_gpus
 
@@ -12,7 +13,8 @@ pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("no_orphans")]
 
 def test_every_op_on_nccl_is_correct_and_reaches_real_bandwidth():
     needs_gpus()
-    df = sweep("all", 8, "64M", nprocs=2, backend="nccl", iters=5, warmup=2, timeout=240)
+    res = sweep("all", 8, "64M", nprocs=2, backend="nccl", iters=5, warmup=2, timeout=240)
+    df = res.frame
     assert list(dict.fromkeys(df["op"])) == list(OPS) and set(df["backend"]) == {"nccl"}
     for op, part in df.groupby("op"):
         for g in ("oop", "ip"):
@@ -27,12 +29,12 @@ def test_every_op_on_nccl_is_correct_and_reaches_real_bandwidth():
             busbw(op, int(big["size"]), big[f"{col}_time_us"] * 1e-6, 2))
         small = part.iloc[0]
         assert 0.5 < small[f"{col}_time_us"] < 10_000, (op, small[f"{col}_time_us"])
-    assert df.attrs["header"]["nccl_version"]
+    assert res.header["nccl_version"]
 
 
-def test_wrong_count_catches_corruption_on_gpu():
+def test_wrong_count_catches_corruption_on_gpu(monkeypatch):
     needs_gpus()
+    monkeypatch.setenv(FAULTS_VAR, '{"corrupt": 5}')
     df = sweep(["all_reduce", "reduce_scatter", "sendrecv"], "1M", "1M", nprocs=2,
-               backend="nccl", iters=2, warmup=1, progress=False, _inject={"corrupt": 5},
-               timeout=120)
+               backend="nccl", iters=2, warmup=1, progress=False, timeout=120).frame
     assert list(df["oop_wrong"].dropna()) == [5, 5] and list(df["ip_wrong"].dropna()) == [5, 5]

@@ -84,6 +84,7 @@ NOT_ENTRY_POINTS = {
         "slow_pairs", "data_rate")},
     "dtlab.bench.sweep_sizes": "checked as sweep()'s min_bytes/max_bytes/factor above",
     "dtlab.bench.rows_to_frame": RECORD, "dtlab.bench.Fit": RECORD,
+    "dtlab.bench.SweepConfig": "a record: make_config checks what goes in it (sweep's table)",
     "dtlab.bench.plot": "draws a frame it is given", "dtlab.tuning.plot": "draws a frame",
     "dtlab.bench.ceiling_lines": "lines for a plot, from a GPU's name",
     "dtlab.tuning.call_bytes": FORMULA, "dtlab.topology.pcie_gbps": FORMULA,

@@ -7,6 +7,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from dtlab.bench.engine import make_config
 from dtlab.tuning import annotate, call_bytes, debug_env, read_account
 from dtlab.tuning.runner import _fresh_folder, _notes, _rows, error_line, nccl_reason
 from dtlab.tuning.settings import Setting
@@ -75,7 +76,7 @@ def test_a_setting_row_gets_the_account_and_a_failed_one_the_reason():
         "oop_busbw": [float("nan")], "oop_wrong": pd.array([None], dtype="Int64"),
         "ip_time_us": [10.0], "ip_algbw": [26.2], "ip_busbw": [26.2],
         "ip_wrong": pd.array([0], dtype="Int64")})
-    cfg = {"ops": ["all_reduce"]}
+    cfg = make_config("all_reduce", "1K", "1K")
     s = Setting("P2P_DISABLE=1", {"NCCL_P2P_DISABLE": "1"})
     acc = read_account(LOGS / "p2p_disabled")
     (row,) = _rows(s, bench_rows, None, acc, ["NCCL_P2P_DISABLE"], cfg, "nccl", 2)

@@ -33,7 +33,7 @@ class Launches:
     def __init__(self):
         self.envs = []
 
-    def __call__(self, fn, cfg, fail, *, nprocs, backend, timeout, env):
+    def __call__(self, fn, cfg, label, *, nprocs, backend, timeout, env):
         assert fn is tuning.runner.run_setting and backend == "nccl" and nprocs == 2
         self.envs.append(env)
         variant = recorded_variant(env)
@@ -50,7 +50,7 @@ class Launches:
         rows = [{"op": "all_reduce", "size": s, "count": s // 4, "type": "float",
                  "redop": "sum", "root": -1, "oop": None,
                  "ip": {"time_us": 10.0 + s / 3e5, "algbw": 1.0, "busbw": 1.0, "wrong": 0}}
-                for s in cfg["sizes"]]
+                for s in cfg.sizes]
         out = {"rows": rows, "unsupported": {}, "skipped": [], "backend": "nccl", "nranks": 2,
                "devices": [{"rank": r, "pid": 1, "host": "vm", "device": f"cuda:{r}",
                             "name": "NVIDIA H200"} for r in (0, 1)],
@@ -70,8 +70,9 @@ def fake_gpus(monkeypatch):
 def test_each_setting_gets_its_env_and_nccl_account_beside_each_row(fake_gpus, tmp_path,
                                                                     monkeypatch):
     monkeypatch.setenv("NCCL_NVLS_ENABLE", "1")  # the machine's own setting: overridden
-    df = tuning.sweep(["shm", "net", "tree"], min_bytes="1K", max_bytes="64M", factor=256,
-                      log_dir=tmp_path, progress=False)
+    res = tuning.sweep(["shm", "net", "tree"], min_bytes="1K", max_bytes="64M", factor=256,
+                       log_dir=tmp_path, progress=False)
+    df = res.frame
     # what the ranks of each setting were given
     for env in fake_gpus.envs:
         assert env["NCCL_NVLS_ENABLE"] == "0" and env["NCCL_DEBUG"] == "INFO"
@@ -94,19 +95,20 @@ def test_each_setting_gets_its_env_and_nccl_account_beside_each_row(fake_gpus, t
     assert tree["nccl_error"].startswith("Error : no algorithm/protocol available for function "
                                          "AllGather")
     assert tree["transport"] == "P2P/CUMEM"  # its log still says how the ranks were connected
-    assert df.attrs["nccl"]["P2P_DISABLE=1"]["env"]["NCCL_P2P_DISABLE"] == "1"
-    assert df.attrs["log_dirs"]["default"] == str(tmp_path / "default")
-    assert "TUNING line per call" in df.attrs["notes"][0]
-    best = tuning.best(df)
+    assert res.nccl["P2P_DISABLE=1"]["env"]["NCCL_P2P_DISABLE"] == "1"
+    assert res.log_dirs["default"] == str(tmp_path / "default")
+    assert "TUNING line per call" in res.notes[0]
+    best = tuning.best(res)
     assert list(best["best"]) == ["default", "default", "default"]  # synthetic times: all tie
-    assert "P2P/CUMEM" in tuning.table(df)
+    assert "P2P/CUMEM" in tuning.table(res) and res.header["nccl_version"] == "2.28.9"
 
 
 def test_without_log_dir_the_logs_go_to_a_temporary_folder_that_is_removed(fake_gpus):
-    df = tuning.sweep(["default"], min_bytes="1K", max_bytes="1K", progress=False)
+    res = tuning.sweep(["default"], min_bytes="1K", max_bytes="1K", progress=False)
+    df = res.frame
     folder = Path(fake_gpus.envs[0]["NCCL_DEBUG_FILE"]).parent
-    assert not folder.exists() and df.attrs["log_dirs"] == {"default": None}
+    assert not folder.exists() and res.log_dirs == {"default": None}
     assert df["transport"].tolist() == ["P2P/CUMEM"]  # parsed before it went
     bare = tuning.sweep(["default"], min_bytes="1K", max_bytes="1K", progress=False,
-                        nccl_log=False)
+                        nccl_log=False).frame
     assert "NCCL_DEBUG" not in fake_gpus.envs[1] and bare["transport"].isna().all()

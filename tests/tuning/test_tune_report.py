@@ -15,7 +15,8 @@ matplotlib.use("Agg")
 
 
 def synthetic_frame():
-    """default / PROTO=LL / ALGO=Tree (wrong at 1M) / MAX_NCHANNELS=1 (failed), 2 sizes."""
+    """default / PROTO=LL / ALGO=Tree (wrong at 1M) / MAX_NCHANNELS=1 (failed), 2 sizes: a
+    TuneResult, as dtlab.tuning.sweep returns."""
     rows = []
     times = {"default": (20.0, 40.0), "PROTO=LL": (16.0, 50.0), "ALGO=Tree": (25.0, 10.0)}
     for label, (t_small, t_big) in times.items():
@@ -33,10 +34,10 @@ def synthetic_frame():
     df = pd.DataFrame(rows, columns=tuning.columns([]))
     for c in ("size", "count", "wrong", "channels", "comm_channels", "nranks"):
         df[c] = df[c].astype("Int64")
-    df.attrs.update({"settings": {"default": {"NCCL_NVLS_ENABLE": "0"},
-                                  "PROTO=LL": {"NCCL_PROTO": "LL", "NCCL_NVLS_ENABLE": "0"}},
-                     "failed": {"MAX_NCHANNELS=1": "rank 0: boom"}, "notes": ["synthetic"]})
-    return df
+    return tuning.TuneResult(df, settings={"default": {"NCCL_NVLS_ENABLE": "0"},
+                                           "PROTO=LL": {"NCCL_PROTO": "LL",
+                                                        "NCCL_NVLS_ENABLE": "0"}},
+                             failed={"MAX_NCHANNELS=1": "rank 0: boom"}, notes=["synthetic"])
 
 
 def test_best_picks_the_fastest_clean_setting_with_its_margin():
@@ -53,9 +54,8 @@ def test_best_picks_the_fastest_clean_setting_with_its_margin():
 
 
 def test_best_without_a_default_has_no_margin():
-    df = synthetic_frame()
-    df = df[df["setting"] != "default"]
-    df.attrs = {}
+    df = synthetic_frame().frame
+    df = df[df["setting"] != "default"]  # a bare DataFrame: nothing beside it
     b = tuning.best(df)
     assert b["best"].tolist() == ["PROTO=LL", "PROTO=LL"] and b["margin_pct"].isna().all()
 
@@ -79,24 +79,27 @@ def test_plot_one_line_per_setting_and_failed_ones_in_the_legend(tmp_path):
     assert "NVLink4 x18" in labels and any(s.startswith("MAX_NCHANNELS=1: failed") for s in labels)
     ax.figure.savefig(tmp_path / "t.png")
     assert (tmp_path / "t.png").stat().st_size > 5000
-    failed_only = synthetic_frame()
+    failed_only = synthetic_frame().frame
     failed_only = failed_only[failed_only["status"] == "failed"]
     with pytest.raises(ValueError, match="nothing to plot"):
         tuning.plot(failed_only)
 
 
 def test_combine_and_json():
-    a, b = synthetic_frame(), synthetic_frame()
+    a, b = synthetic_frame(), synthetic_frame().frame
     b = b[b["setting"] == "PROTO=LL"].assign(setting="net", NCCL_P2P_DISABLE="1")
-    b.attrs = {"settings": {"net": {"NCCL_P2P_DISABLE": "1"}}, "failed": {},
-               "notes": ["synthetic", "other"]}
+    b = tuning.TuneResult(b, settings={"net": {"NCCL_P2P_DISABLE": "1"}}, failed={},
+                          notes=["synthetic", "other"])
     both = tuning.combine(a, b)
-    assert len(both) == len(a) + 2 and list(both.attrs["settings"]) == ["default", "PROTO=LL",
-                                                                        "net"]
-    assert both.attrs["notes"] == ["synthetic", "other"]
-    assert list(both.columns) == tuning.columns(["NCCL_P2P_DISABLE"])
-    assert both["NCCL_P2P_DISABLE"].tolist()[-2:] == ["1", "1"]
+    assert isinstance(both, tuning.TuneResult)
+    assert len(both.frame) == len(a.frame) + 2
+    assert list(both.settings) == ["default", "PROTO=LL", "net"]
+    assert both.notes == ["synthetic", "other"] and both.failed == a.failed
+    assert list(both.frame.columns) == tuning.columns(["NCCL_P2P_DISABLE"])
+    assert both.frame["NCCL_P2P_DISABLE"].tolist()[-2:] == ["1", "1"]
     got = tuning.to_json(both)
+    assert got == both.to_dict() and both.render() == tuning.table(both)
+    assert got["settings"] == both.settings and got["failed"] == a.failed
     assert got["rows"][-1]["setting"] == "net" and got["rows"][6]["size"] is None
     assert got["failed"] == {"MAX_NCHANNELS=1": "rank 0: boom"}
     assert all(not (isinstance(v, float) and math.isnan(v))

@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 import dtlab.tuning as tuning
+from dtlab.bench.timing import FAULTS_VAR
 from dtlab.cli import main
 
 FAST = dict(min_bytes="1K", max_bytes="4K", iters=2, warmup=1, nprocs=2, backend="gloo",
@@ -18,7 +19,8 @@ FAST = dict(min_bytes="1K", max_bytes="4K", iters=2, warmup=1, nprocs=2, backend
 @pytest.mark.usefixtures("no_orphans")
 def test_two_settings_on_gloo_give_rows_for_each_with_empty_nccl_columns(tmp_path):
     out = io.StringIO()
-    df = tuning.sweep([{"NCCL_PROTO": "LL"}], log_dir=tmp_path, progress_stream=out, **FAST)
+    res = tuning.sweep([{"NCCL_PROTO": "LL"}], log_dir=tmp_path, progress_stream=out, **FAST)
+    df = res.frame
     assert list(df.columns) == tuning.columns(["NCCL_PROTO"])
     assert list(dict.fromkeys(df["setting"])) == ["default", "PROTO=LL"]
     for label, part in df.groupby("setting"):
@@ -29,36 +31,39 @@ def test_two_settings_on_gloo_give_rows_for_each_with_empty_nccl_columns(tmp_pat
     assert df.loc[df["setting"] == "default", "NCCL_PROTO"].isna().all()
     for col in ("algorithm", "protocol", "channels", "comm_channels", "transport"):
         assert df[col].isna().all(), col
-    assert "no NCCL log" in df.attrs["notes"][0] and df.attrs["failed"] == {}
-    assert df.attrs["settings"]["PROTO=LL"] == {"NCCL_PROTO": "LL", "NCCL_NVLS_ENABLE": "0"}
+    assert "no NCCL log" in res.notes[0] and res.failed == {}
+    assert res.settings["PROTO=LL"] == {"NCCL_PROTO": "LL", "NCCL_NVLS_ENABLE": "0"}
     assert not any(tmp_path.iterdir())  # gloo: NCCL writes nothing, no empty folders either
     lines = out.getvalue().splitlines()
     assert lines[0].startswith("dtlab.tuning: 2 setting(s) | all_reduce 1K..4K")
     assert lines[1].startswith("[1/2] default | ok, peak busbw") and "ETA" in lines[1]
     assert lines[2].startswith("[2/2] PROTO=LL | ok") and lines[2].endswith("ETA done")
-    text = tuning.table(df)
+    text = tuning.table(res)
+    assert text == res.render()
     assert "== PROTO=LL" in text and "best setting per size" in text
     assert len(tuning.best(df)) == 3
 
 
 @pytest.mark.usefixtures("no_orphans")
-def test_a_failing_setting_is_a_row_and_the_sweep_goes_on(capsys):
+def test_a_failing_setting_is_a_row_and_the_sweep_goes_on(capsys, monkeypatch):
     msg = ("NCCL error: invalid usage\nLast error:\nError : no algorithm/protocol available "
            "for function AllReduce (test hook)")
-    df = tuning.sweep(["tree", "ll"], _inject={"fail": {"ALGO=Tree": msg}}, **FAST)
+    monkeypatch.setenv(FAULTS_VAR, json.dumps({"fail": {"ALGO=Tree": msg}}))
+    res = tuning.sweep(["tree", "ll"], **FAST)
+    df = res.frame
     assert list(dict.fromkeys(df["setting"])) == ["default", "ALGO=Tree", "PROTO=LL"]
     bad = df[df["setting"] == "ALGO=Tree"]
     assert len(bad) == 1 and bad["status"].iloc[0] == "failed" and pd.isna(bad["size"].iloc[0])
     assert bad["error"].iloc[0] == "rank 1: RuntimeError: NCCL error: invalid usage"
     assert bad["nccl_error"].iloc[0].startswith("Error : no algorithm/protocol available")
-    assert df.attrs["failed"] == {"ALGO=Tree": bad["nccl_error"].iloc[0]}
-    assert "Traceback" in df.attrs["errors"]["ALGO=Tree"]  # the whole story is kept
+    assert res.failed == {"ALGO=Tree": bad["nccl_error"].iloc[0]}
+    assert "Traceback" in res.errors["ALGO=Tree"]  # the whole story is kept
     assert (df.loc[df["setting"] == "PROTO=LL", "status"] == "ok").all()  # it went on
     printed = capsys.readouterr().out
     assert "[2/3] ALGO=Tree | FAILED: Error : no algorithm/protocol available" in printed
     assert "[3/3] PROTO=LL | ok" in printed
-    assert "ALGO=Tree  FAILED" in tuning.table(df)
-    assert set(tuning.best(df)["best"]) <= {"default", "PROTO=LL"}
+    assert "ALGO=Tree  FAILED" in tuning.table(res)
+    assert set(tuning.best(res)["best"]) <= {"default", "PROTO=LL"}
 
 
 @pytest.mark.usefixtures("no_orphans")
