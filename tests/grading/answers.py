@@ -416,7 +416,13 @@ SHORTCUTS = {
            "        s.set_epoch(epoch)\n        order = list(s)\n"
            "        batches += [order[b * per_rank:(b + 1) * per_rank] for b in range(len(order) // per_rank)]\n"
            "        epoch += 1\n"
-           "    return batches[step:step + count]\n")],
+           "    return batches[step:step + count]\n"),
+          # the grader's own reference, which computes the answer from the epoch the step falls
+          # in: dtlab.course.checks is in the installed package, stubbed in every learner world
+          ("the test's reference, imported from dtlab.course.checks",
+           lambda: "from dtlab.course.checks.parity import resumed_at\n\n\n"
+           "def resume_batches(n, world, rank, per_rank, seed, step, count):\n"
+           "    return resumed_at(n, world, rank, per_rank, seed, step, count)\n")],
     IBP: [("dtlab's own ibstat reader", lambda: "def ib_port_problems(ibstat_text, expected_rate):\n"
            "    from dtlab.multinode import ib\n"
            "    return sorted([p['ca'], p['port']] for p in ib.port_problems(ib.ibstat(ibstat_text), expected_rate))\n"),

@@ -46,3 +46,5 @@ def test_wrong_answers_pass_the_visible_tests_and_fail_the_hidden_ones(aid, no_o
             assert "which this exercise takes away" in said, said[:300]
         if t.label.endswith("packed in"):
             assert "bytes of information once compressed" in said, said[:300]
+        if t.label.endswith("from dtlab.course.checks"):  # the grader's own machinery: stubbed
+            assert "No module named 'dtlab.course.checks'" in said, said[:300]
