@@ -68,7 +68,7 @@ def bucketing(total="1G", buckets=("1G", "4M", "256K"), nprocs: int | None = 2,
              "per_call_us": sec * 1e6 / (tot // b), "busbw": busbw("all_reduce", tot, sec, n)}
             for b, sec in zip(sizes, res.values[0])]
     df = pd.DataFrame(rows)
-    df.attrs.update(total=tot, nranks=n, iters=iters)
+    df["nranks"] = n
     return df
 
 

@@ -30,18 +30,6 @@ def _size(text: str) -> str:
     return one_of("--size", CONFIGS)(text)
 
 
-def _baseline(path: str) -> str:
-    """``--baseline``'s type: a folder holding a baseline.json (:func:`.baseline.read_baseline`)."""
-    from ..flags import as_flag
-    from .baseline import read_baseline
-
-    try:
-        read_baseline(path)
-    except ValueError as e:
-        raise as_flag(e, "baseline", path, "--baseline") from None
-    return path
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from ..flags import json_flag, one_of, seconds, whole
     from ..limits import MAX_STEPS
@@ -84,7 +72,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the rank that does it wrong (default 1)")
     h.add_argument("--at-step", type=whole("--at-step", 1, MAX_STEP, "at least one good step first"), default=None,
                    dest="at_step", help=f"the step it goes wrong, 1 to {MAX_STEP} (default 3)")
-    h.add_argument("--baseline", type=_baseline, default=None, help="a folder from dtlab capstone baseline: "
+    h.add_argument("--baseline", default=None, help="a folder from dtlab capstone baseline: "
                    "say what the broken run did differently")
     h.add_argument("--timeout", type=seconds(), default=TIMEOUT, help=f"seconds the whole job "
                    f"may take before dtlab stops it (default {TIMEOUT:g}; the hang itself shows "
@@ -106,6 +94,14 @@ def check(args) -> None:
         n = resolve(args.nprocs, args.backend).nprocs
         if args.culprit is not None and not args.culprit < n:
             raise ValueError(f"--culprit {args.culprit}: give a rank from 0 to {n - 1}.")
+        if args.baseline is not None:  # a path: read here, named as the flag
+            from ..flags import as_flag
+            from .baseline import read_baseline
+
+            try:
+                read_baseline(args.baseline)
+            except ValueError as e:
+                raise ValueError(str(as_flag(e, "baseline", args.baseline, "--baseline"))) from None
 
         check_hang(args.bug, args.nprocs, args.backend, args.out, args.culprit, args.at_step,
                    args.baseline)

@@ -144,7 +144,8 @@ def throughput(nranks_list=(1, 2), model: str = "mlp", steps: int = 10,
                per_rank_batch: int = 64, backend: str = "auto", bucket_cap_mb=None,
                warmup: int = 3, threads: int = 1, timeout: float = 300):
     """Weak-scaling throughput and efficiency per world size (module docstring) -> DataFrame:
-    ``nranks, backend, global_batch, step_ms, samples_per_s, efficiency, allreduce_calls``."""
+    ``nranks, backend, global_batch, step_ms, samples_per_s, allreduce_calls, efficiency,
+    threads_per_rank``."""
     import pandas as pd
 
     from ..runtime.launch import run
@@ -162,8 +163,7 @@ def throughput(nranks_list=(1, 2), model: str = "mlp", steps: int = 10,
                      "allreduce_calls": res.values[0]["calls"]})
     df = pd.DataFrame(rows)
     df["efficiency"] = df.samples_per_s / (df.nranks * df.samples_per_s.iloc[0])
-    df.attrs.update(model=model, per_rank_batch=per_rank_batch, steps=steps,
-                    threads_per_rank=threads)
+    df["threads_per_rank"] = threads
     return df
 
 

@@ -97,4 +97,4 @@ def test_script_cli_and_bad_input():
     assert "\nexport NCCL_NVLS_ENABLE=0 " in sbatch(2, 8, nvls=False)
     bad = subprocess.run([sys.executable, "-m", "dtlab", "multinode", "script", "--nodes", "2",
                           "--gpus-per-node", "0"], capture_output=True, text=True, timeout=60)
-    assert bad.returncode == 2 and bad.stderr.startswith("dtlab multinode: --gpus-per-node 0")
+    assert bad.returncode == 2 and bad.stderr.startswith("dtlab multinode script: --gpus-per-node 0")

@@ -176,7 +176,7 @@ def test_bad_input_is_one_line_and_exit_2(clean, capsys):
                  ["--mode", "localhost", "--iperf", "2"], ["--nodes", "1", "--iperf", "2"]):
         assert main(["multinode", "simulate", *args]) == 2
         out, err = capsys.readouterr()
-        assert out == "" and err.startswith("dtlab multinode: ") and err.count("\n") == 1, err
+        assert out == "" and err.startswith("dtlab multinode simulate: ") and err.count("\n") == 1, err
 
 
 @needs_root

@@ -29,7 +29,7 @@ def bkt():
 
 def test_throughput_frame(thr):
     assert list(thr.columns) == ["nranks", "backend", "global_batch", "step_ms", "samples_per_s",
-                                 "allreduce_calls", "efficiency"]
+                                 "allreduce_calls", "efficiency", "threads_per_rank"]
     assert list(thr.nranks) == [1, 2] and set(thr.backend) == {"gloo"}
     assert list(thr.global_batch) == [16, 32]                  # weak scaling: per-rank batch fixed
     assert thr.efficiency.iloc[0] == 1.0
