@@ -6,6 +6,8 @@ import ast
 import functools
 import os
 
+import pytest
+
 import dtlab
 
 ROOT = os.path.dirname(dtlab.__file__)
@@ -74,6 +76,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+@pytest.mark.slow
 def test_vocab_is_a_leaf():
     assert _imports()["dtlab.vocab"] == set()
 

@@ -95,6 +95,7 @@ def test_bad_input_is_one_line_and_exit_status_2(case, paths, capsys):
     _check(case, rc, captured.out, captured.err)
 
 
+@pytest.mark.slow
 def test_the_same_from_a_terminal(answers):
     assert len(answers) == len({argv[0] for argv, _ in CASES.values()})  # one per command
     for case, (rc, stdout, stderr) in answers.items():
@@ -179,6 +180,7 @@ def test_a_plot_name_matplotlib_cannot_write_is_refused_before_measuring(cmd, tm
     assert err.count("\n") == 1 and ".txt is not a picture format" in err
 
 
+@pytest.mark.slow
 def test_ctrl_c_is_one_line_exit_130_and_leaves_nothing(tmp_path, no_orphans):
     """Ctrl-C while `dtlab hang` waits on its stuck ranks: one line, the shell's 130, ranks gone
     (it printed a KeyboardInterrupt traceback: fresh #23 probe, m3)."""

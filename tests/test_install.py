@@ -9,6 +9,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 try:
     import tomllib
 except ImportError:  # Python 3.10
@@ -20,6 +22,7 @@ from packaging.version import Version
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+@pytest.mark.slow
 def test_editable_install_prints_no_deprecation_banner():
     import setuptools
 

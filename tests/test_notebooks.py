@@ -63,6 +63,7 @@ def text_of(nb) -> str:
     return "\n".join(out)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)  # 05 takes ~70 s alone, three times that beside the grading term
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=os.path.basename)
 def test_notebook_runs_headless(path, monkeypatch):

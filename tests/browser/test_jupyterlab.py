@@ -31,6 +31,8 @@ import pytest
 
 from dtlab.course.lab import HIDDEN_PLUGINS, KEPT_PLUGINS
 
+pytestmark = pytest.mark.slow
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ARTIFACTS = os.path.join(ROOT, "test-artifacts")
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

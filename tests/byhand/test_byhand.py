@@ -35,6 +35,7 @@ def in_tmp(tmp_path, monkeypatch):
 CASE = dict(nprocs=3, n=41, d=5, epochs=3, batch_size=4, lr=0.1, seed=123)
 
 
+@pytest.mark.slow
 def test_a_real_ddp_run_matches_the_arithmetic_within_float32_rounding(in_tmp, no_orphans):
     _reference_script(in_tmp)
     data, want, hints = byhand.prepare(CASE, str(in_tmp))   # each rank's copy with decoys
@@ -128,6 +129,7 @@ def test_the_judge_names_each_mistake(want):
     assert "rank 0" in failed[0] and "ValueError: x" in failed[0]
 
 
+@pytest.mark.slow
 def test_a_script_that_hangs_or_skips_the_collectives_is_caught(in_tmp, no_orphans):
     (in_tmp / "hang.py").write_text(
         "import time, torch, torch.distributed as dist\ndist.init_process_group('gloo')\n"

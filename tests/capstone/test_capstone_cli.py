@@ -26,6 +26,7 @@ def test_bad_input_is_one_line_and_exit_2(case, capsys, no_orphans):
     assert err.startswith("dtlab capstone train: ") and words in err, err
 
 
+@pytest.mark.slow
 def test_the_parser_needs_no_torch_and_train_stays_the_function():
     """Every dtlab command builds a parser that lists the capstone's: it imported torch (2.7 s
     of CPU) until the package's names became lazy; and `train` must stay the function even when

@@ -34,6 +34,7 @@ def _run(bug, nprocs, tmp_path, **placed):
     return r, r["diagnosis"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("nprocs", [2, 3])
 def test_extra_metric_is_an_op_mismatch_at_fsdp2s_all_gather(nprocs, tmp_path):
     r, d = _run("extra_metric", nprocs, tmp_path)
@@ -47,6 +48,7 @@ def test_extra_metric_is_an_op_mismatch_at_fsdp2s_all_gather(nprocs, tmp_path):
     assert d["sites"][str(CULPRIT)].startswith("hang.py:")   # the culprit's extra all_reduce
 
 
+@pytest.mark.slow
 def test_gather_shapes_fails_at_once_as_a_size_mismatch(tmp_path):
     r, d = _run("gather_shapes", 3, tmp_path, culprit=2)
     # on gloo: no hang; the culprit (shorter buffers) is aborted by gloo's size check
@@ -58,6 +60,7 @@ def test_gather_shapes_fails_at_once_as_a_size_mismatch(tmp_path):
     assert d["sites"]["2"] == bug_site("gather_shapes")   # its fatal error's dump
 
 
+@pytest.mark.slow
 def test_stuck_loader_hangs_the_others_in_fsdp2s_all_gather(tmp_path):
     r, d = _run("stuck_loader", 3, tmp_path, culprit=0)
     assert r["outcome"] != "ok"
@@ -90,6 +93,7 @@ def extra_on_0(tmp_path_factory, clean):
     return _run("extra_metric", 3, None, culprit=0, at_step=2, baseline=clean[0])
 
 
+@pytest.mark.slow
 def test_skip_metric_culprit_is_the_rank_that_went_ahead(skip_on_2):
     r, d = skip_on_2
     assert r["outcome"] != "ok" and (r["culprit_rank"], r["at_step"]) == (2, 3)
@@ -120,6 +124,7 @@ def test_skip_metric_plants_no_statement():
         bug_site("skip_metric")
 
 
+@pytest.mark.slow
 def test_extra_metric_placed_on_rank_0_at_step_2(extra_on_0):
     r, d = extra_on_0
     assert (r["culprit_rank"], r["at_step"]) == (0, 2)
@@ -141,6 +146,7 @@ def test_extra_metric_placed_on_rank_0_at_step_2(extra_on_0):
     assert r["baseline"]["last_step"] == {0: 1, 1: 2, 2: 2}
 
 
+@pytest.mark.slow
 def test_hang_against_a_baseline_says_what_differed(extra_on_0, clean):
     r, _ = extra_on_0
     c = r["baseline"]

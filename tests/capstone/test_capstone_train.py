@@ -21,6 +21,8 @@ from conftest import assert_no_descendants
 from dtlab.capstone import CONFIGS, n_params, train
 from dtlab.monitor import GpuPanel
 
+pytestmark = pytest.mark.slow  # every test shares one 2-rank training run
+
 STEPS = 30
 
 

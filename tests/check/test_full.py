@@ -143,6 +143,7 @@ def test_the_full_level_on_this_machine(monkeypatch):
     assert rows["multinode"].verdict == SKIP and "-m dtlab.check" in rows["multinode"].todo
 
 
+@pytest.mark.slow
 def test_python_m_dtlab_check_under_torchrun_is_the_cross_node_part(tmp_path):
     assert under_torchrun({"TORCHELASTIC_RUN_ID": "x", "RANK": "0"})
     assert not under_torchrun({"TORCHELASTIC_RUN_ID": "x", "RANK": "0", "DTLAB_BACKEND": "gloo"})

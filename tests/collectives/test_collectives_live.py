@@ -23,7 +23,8 @@ ALGORITHMS = [("all_reduce", ring_all_reduce), ("all_reduce", recursive_doubling
 
 
 @pytest.mark.timeout(90)
-@pytest.mark.parametrize("nprocs", [2, 3, 4])
+@pytest.mark.parametrize("nprocs", [2, pytest.param(3, marks=pytest.mark.slow),
+                                    pytest.param(4, marks=pytest.mark.slow)])
 def test_every_collective_and_algorithm_on_gloo(nprocs, no_orphans):
     reps = collectives.validate_each([(op, None) for op in OPS] + ALGORITHMS, nprocs=nprocs,
                                      backend="gloo")

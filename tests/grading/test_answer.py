@@ -87,6 +87,7 @@ def test_graded_world_lacks_the_exercise_modules(graded, no_orphans):
         assert cheat() == busbw()  # with it there, the library answers
 
 
+@pytest.mark.slow
 @pytest.mark.sandbox
 def test_graded_limits_are_cpu_and_idle_time_not_the_clock(graded, no_orphans):
     with Answer("spin") as spin, pytest.raises(AssertionError, match="used more than 5 s of CPU time"):

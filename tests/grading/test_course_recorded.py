@@ -75,6 +75,7 @@ def test_backend_is_gloo_under_the_grader(monkeypatch):
     assert course.grading() and course.backend(nprocs=1) == "gloo"
 
 
+@pytest.mark.slow
 def test_run_graded_is_quiet_and_bounded(no_orphans, capfd, monkeypatch):
     import dtlab
 

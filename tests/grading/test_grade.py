@@ -67,6 +67,7 @@ def _scratch():
             for p in glob.glob(os.path.join(tempfile.gettempdir(), pattern))}
 
 
+@pytest.mark.slow
 def test_the_solution_scores_full_and_the_results_are_written(course, no_orphans):
     tmp, src = course
     before = _scratch()
@@ -124,6 +125,7 @@ def test_restore_keeps_the_learners_own_cells():
     assert cell(out, "answer_tests").source == cell(src, "answer_tests").source
 
 
+@pytest.mark.slow
 def test_a_cell_past_the_timeout_is_stopped_and_grading_goes_on(tmp_path, no_orphans):
     cells = [("import time\ntime.sleep(60)", {"grade": True, "points": 1, "grade_id": "stuck_tests"}),
              ("assert 1 + 1 == 2", {"grade": True, "points": 1, "grade_id": "fine_tests"})]
@@ -161,6 +163,7 @@ def test_cli_refuses_jobs_out_of_range(capsys):
     assert e.value.code == 2 and "from 1 to 256" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_without_a_sandbox_grading_refuses_unless_told_unsafe(course, monkeypatch, capsys, no_orphans):
     tmp, src = course
     monkeypatch.setattr(sandbox, "_PROBE", {"reason": "bubblewrap is not installed"})
@@ -196,6 +199,7 @@ def test_visible_is_what_the_learners_copy_has():
         "from dtlab import course\nmine = course.answer('answer')\nassert mine() == 42")
 
 
+@pytest.mark.slow
 def test_validate_names_a_test_that_fails_the_solution_and_one_that_passes_without(tmp_path, no_orphans):
     """validate grades the source (every test must pass) and the release (none may)."""
     from dtlab import course

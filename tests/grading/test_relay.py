@@ -1,6 +1,7 @@
 """The relay (dtlab.runtime.relay, relaypg, observed): ranks whose every message passes through
 the launching process, which serves torch.distributed's calls and records them."""
 
+import pytest
 import torch
 import torch.distributed as dist
 
@@ -77,6 +78,7 @@ def spin():
         pass
 
 
+@pytest.mark.slow
 def test_every_op_is_served_and_recorded(no_orphans):
     out = observed.run(everything, [([1.0, 2.0],), ([3.0, 4.0],), ([5.0, 6.0],)],
                        serve=lambda m: ({"value": 100 + m.info["sample"]}, b""))
@@ -98,6 +100,7 @@ def test_every_op_is_served_and_recorded(no_orphans):
     assert mine[4].reduce == "max" and mine[2].got == mine[2].got and mine[2].peer == 2
 
 
+@pytest.mark.slow
 def test_refusals_name_the_reason(no_orphans):
     out = observed.run(refusals, [(), ()], offer={"all_reduce"}, max_numel={"all_reduce": 4})
     said = out.values[0]
@@ -108,6 +111,7 @@ def test_refusals_name_the_reason(no_orphans):
     assert "rank 0: all_reduce(float32, shapes [[1]]" in said["disagree"]
 
 
+@pytest.mark.slow
 def test_ddp_over_the_relay_keeps_ranks_in_step(no_orphans):
     out = observed.run(ddp, [(0,), (0,)])
     assert out.ok and out.values[0] == out.values[1], (out.errors, out.stopped)
@@ -115,6 +119,7 @@ def test_ddp_over_the_relay_keeps_ranks_in_step(no_orphans):
     assert ops.count("all_reduce") >= 2 and "broadcast" in ops  # gradients; the start's sync
 
 
+@pytest.mark.slow
 def test_a_deadlock_is_named_not_waited_out(no_orphans):
     out = observed.run(deadlock, [(), ()], idle_s=120)
     assert out.stopped.startswith("deadlock"), out.stopped
@@ -122,6 +127,7 @@ def test_a_deadlock_is_named_not_waited_out(no_orphans):
     assert "rank 1 waits in all_reduce (collective #1)" in out.stopped
 
 
+@pytest.mark.slow
 def test_cpu_time_bounds_a_busy_rank(no_orphans):
     out = observed.run(spin, [(), ()], cpu_s=4)
     assert "more than 4 s of CPU time" in out.stopped
@@ -165,6 +171,7 @@ def lying_header():
                  "reduce": "sum"}, b"\0\0\x80?", lambda h, p: None).wait()
 
 
+@pytest.mark.slow
 def test_a_payload_that_does_not_fit_its_shapes_is_the_rank_s_error(no_orphans):
     out = observed.run(lying_header, [(), ()])
     assert "sent the relay a malformed request (RuntimeError" in " ".join(out.errors.values()), \

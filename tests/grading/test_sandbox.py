@@ -86,6 +86,7 @@ def test_loopback_is_its_own_not_the_machines(no_orphans):
     assert code == 0 and "refused" in out and "CONNECTED" not in out, out + err
 
 
+@pytest.mark.slow
 def test_a_detached_child_dies_with_the_sandbox(no_orphans):
     marker = f"dtlab-test-detached-{os.getpid()}-{time.monotonic_ns()}"
 

@@ -13,7 +13,7 @@ import pytest
 from dtlab import course
 from students import solved
 
-pytestmark = pytest.mark.sandbox
+pytestmark = [pytest.mark.sandbox, pytest.mark.slow]
 
 # sbatch: the job script from stdin; an array job runs once per index with SLURM_ARRAY_TASK_ID,
 # a dependent job runs at once (the stand-in runs everything synchronously); prints a job id

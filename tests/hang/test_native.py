@@ -142,6 +142,7 @@ def rank0_waits_alone():
         time.sleep(60)  # in Python, as the recorded GPU rank 1
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("no_orphans")
 @pytest.mark.timeout(60)
 def test_live_native_dump_of_a_gloo_rank_in_all_reduce():

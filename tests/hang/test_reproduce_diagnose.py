@@ -15,7 +15,7 @@ from dtlab.hang import KINDS, diagnose, reproduce
 from dtlab.hang.kinds import CULPRIT
 from dtlab.runtime import LaunchError
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 
 class _Reproductions(dict):

@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from conftest import assert_no_descendants
 
 from dtlab.multinode.script import sbatch, torchrun_lines
@@ -27,6 +29,7 @@ def _free_port():
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_torchrun_lines_run(tmp_path):
     out = tmp_path / "report.json"
     lines = torchrun_lines(2, 1, entry=f"-m dtlab.multinode.check --iters 5 --bytes 4096 "
@@ -60,6 +63,7 @@ rc=0; for p in "${pids[@]}"; do wait $p || rc=1; done; exit $rc
 """
 
 
+@pytest.mark.slow
 def test_sbatch_script_runs_under_a_stand_in_allocation(tmp_path):
     fake = tmp_path / "bin"
     fake.mkdir()

@@ -75,6 +75,7 @@ def clean():
     assert_no_descendants()
 
 
+@pytest.mark.slow
 @needs_root
 def test_netns_two_nodes_two_ranks_each(clean):
     r = simulate(2, 2, "netns", iters=10, nbytes=1 << 18)
@@ -111,6 +112,7 @@ def _listeners_while(fn):
         t.join()
 
 
+@pytest.mark.slow
 def test_without_root_auto_falls_back_to_localhost_and_says_so(clean, monkeypatch, capsys,
                                                                tmp_path):
     """And every port the rehearsal listens on is on 127.0.0.1: torch's TCPStore alone would
@@ -143,6 +145,7 @@ FASTER = {"blocked_data_ports": dict(pg_timeout=2, grace=1.0),
           "mtu_mismatch": dict(pg_timeout=15, grace=1.0)}
 
 
+@pytest.mark.slow
 @needs_root
 @pytest.mark.parametrize("fault", ["wrong_master_addr", "wrong_port", "blocked_port",
                                    "missing_node", "wrong_ifname", "slow_link", "mtu_mismatch",
@@ -179,6 +182,7 @@ def test_bad_input_is_one_line_and_exit_2(clean, capsys):
         assert out == "" and err.startswith("dtlab multinode simulate: ") and err.count("\n") == 1, err
 
 
+@pytest.mark.slow
 @needs_root
 @pytest.mark.parametrize("how", ["SIGTERM", "SIGKILL"])
 def test_killed_mid_run_leaves_nothing(how, clean):

@@ -30,6 +30,7 @@ def rows(folder):
     return {r["mode"]: r for r in got}
 
 
+@pytest.mark.slow
 def test_resume_on_the_same_ranks_is_bitwise(rows):
     assert list(rows) == list(MODES)
     full = rows["full"]
@@ -40,6 +41,7 @@ def test_resume_on_the_same_ranks_is_bitwise(rows):
     assert full["losses"] == full["reference_losses"][6:]
 
 
+@pytest.mark.slow
 def test_every_broken_mode_differs_far_above_the_tolerance(rows):
     for mode in MODES[1:]:
         r = rows[mode]
@@ -57,6 +59,7 @@ def test_every_broken_mode_differs_far_above_the_tolerance(rows):
     assert nopt["loss_diff"][0] == 0 and nopt["loss_diff"][1] > 100 * TOL
 
 
+@pytest.mark.slow
 def test_the_checkpoint_lands_in_the_given_folder_one_file_per_saving_rank(rows, folder):
     ckpt = rows["full"]["checkpoint"]
     assert ckpt["path"] == os.path.join(folder, "step6-2ranks")
@@ -65,6 +68,7 @@ def test_the_checkpoint_lands_in_the_given_folder_one_file_per_saving_rank(rows,
         [".metadata", "__0_0.distcp", "__1_0.distcp"]
 
 
+@pytest.mark.slow
 def test_reshard_2_to_1_loads_exactly_and_continues_within_tolerance(tmp_path, monkeypatch,
                                                                      no_orphans):
     """2 -> 1 here (1 rank loads every shard); 2 -> 3 and 1 -> 2 are recorded on 2x H200

@@ -20,6 +20,7 @@ def reports():
     return {(r.bug, r.fixed): r for r in reps}
 
 
+@pytest.mark.slow
 def test_no_bug_is_parity_within_float64_tolerance(reports):
     r = reports[("none", False)]
     assert r.parity and r.backend == "gloo" and r.tolerance == TOLERANCE[("float64", "gloo")]
@@ -29,6 +30,7 @@ def test_no_bug_is_parity_within_float64_tolerance(reports):
     assert r.allreduce_calls == 8        # one bucket, one all-reduce per step
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("bug", BUGS[1:])
 def test_bug_is_caught_and_fix_restores_parity(reports, bug):
     ok, why = verdict(bug, reports[(bug, False)], reports[(bug, True)])
@@ -36,6 +38,7 @@ def test_bug_is_caught_and_fix_restores_parity(reports, bug):
     assert reports[(bug, True)].parity
 
 
+@pytest.mark.slow
 def test_how_each_bug_shows(reports):
     assert reports[("no_set_epoch", False)].first_divergent_step == STEPS_PER_EPOCH  # epoch 2
     for bug in ("no_sampler", "batchnorm"):

@@ -25,6 +25,7 @@ def test_bad_input_is_one_line_exit_2(capsys, monkeypatch, argv, says):
     assert err.startswith("dtlab parity: ") and says in err and err.count("\n") == 1
 
 
+@pytest.mark.slow
 def test_json_keys_and_a_caught_bug_in_float32(capsys, no_orphans):
     assert cli.main(["parity", "--bug", "no_sync_missing", "--backend", "gloo", "--steps", "3",
                      "--dtype", "float32", "--json"]) == 0

@@ -23,6 +23,7 @@ def rows():
     return {r["mode"]: r for r in got}
 
 
+@pytest.mark.slow
 def test_float32_on_the_same_code_path_is_bitwise(rows):
     assert list(rows) == list(MODES)
     for mode in ("fp32", "fsdp2_fp32"):            # 2 ranks: DDP and FSDP2 add the same 2 numbers
@@ -31,6 +32,7 @@ def test_float32_on_the_same_code_path_is_bitwise(rows):
         assert r["losses"] == r["reference_losses"] and set(r["max_abs_diff"]) == {0.0}
 
 
+@pytest.mark.slow
 def test_low_precision_drifts_really_but_within_its_derived_tolerance(rows):
     for mode in LOW:
         r = rows[mode]
@@ -47,6 +49,7 @@ def test_low_precision_drifts_really_but_within_its_derived_tolerance(rows):
     assert all(a < b for a, b in zip(tol, tol[1:]))
 
 
+@pytest.mark.slow
 def test_reducing_in_bf16_rounds_where_fp32_does_not(rows):
     r16, r32 = rows["fsdp2_bf16_reduce_bf16"], rows["fsdp2_bf16_reduce_fp32"]
     assert r16["reduce_dtype"] == "bfloat16" and r32["reduce_dtype"] == "float32"
@@ -58,6 +61,7 @@ def test_reducing_in_bf16_rounds_where_fp32_does_not(rows):
     assert 0 < drift[0] < drift[-1] <= r16["tolerance"][-1]
 
 
+@pytest.mark.slow
 def test_the_scaler_skips_overflowing_steps_backs_off_and_grows(rows):
     r = rows["ddp_fp16_scaler"]
     scales, skipped = r["scales"], r["skipped"]
@@ -73,6 +77,7 @@ def test_the_scaler_skips_overflowing_steps_backs_off_and_grows(rows):
     assert r["vs_unskipped_max_abs_diff"] > 100 * r["max_abs_diff"][-1]   # what skipping cost
 
 
+@pytest.mark.slow
 def test_one_line_per_mode_says_its_verdict_and_what_the_mode_adds(rows):
     said = {m: line(r) for m, r in rows.items()}
     assert said["fp32"].startswith("fp32: bitwise (max |dp| 0,")

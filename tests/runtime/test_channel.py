@@ -55,6 +55,7 @@ def test_foreign_connection_without_the_key_cannot_run_code(tmp_path):
     assert not os.path.exists(server.address)  # nothing left to connect to
 
 
+@pytest.mark.slow
 def test_a_running_pool_has_no_socket_left(no_orphans):
     with dtlab.Pool(nprocs=2) as pool:
         sock = os.path.join(pool._run_dir, "control.sock")

@@ -84,6 +84,7 @@ def test_death_by_signal_names_the_signal(sig):
         assert "signal_on" in e.failures[0]
 
 
+@pytest.mark.slow
 def test_unpicklable_return_value_is_a_clear_failure():
     with pytest.raises(dtlab.RankError) as ei:
         dtlab.run(return_unpicklable, nprocs=1)

@@ -22,6 +22,7 @@ def blocking_line(tag: str) -> int:
     raise AssertionError(tag)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("prefer", ["py-spy", "faulthandler"])
 def test_hang_names_the_blocking_line_of_every_rank(prefer, monkeypatch):
     monkeypatch.setenv("DTLAB_STACKS", prefer)
@@ -39,6 +40,7 @@ def test_hang_names_the_blocking_line_of_every_rank(prefer, monkeypatch):
     assert e.results[0].exit_code is not None  # stopped
 
 
+@pytest.mark.slow
 def test_hang_stops_grandchildren_too():
     with pytest.raises(dtlab.HangError) as ei:
         dtlab.run(child_then_hang, nprocs=2, timeout=4)
@@ -49,6 +51,7 @@ def test_hang_stops_grandchildren_too():
         assert pid_gone(pid), psutil.Process(pid).cmdline()
 
 
+@pytest.mark.slow
 def test_timeout_counts_from_fn_not_from_a_slow_start():
     """A start-up slower than timeout= (here a 3 s unpickle; on a busy machine, import torch)
     is not the user's code hanging: timeout counts once every rank is inside fn."""

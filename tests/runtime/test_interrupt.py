@@ -62,6 +62,7 @@ def start_script(tmp_path):
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
 
 
+@pytest.mark.slow
 def test_sigint_to_a_script_like_a_kernel_interrupt(tmp_path):
     proc = start_script(tmp_path)
     try:
@@ -74,6 +75,7 @@ def test_sigint_to_a_script_like_a_kernel_interrupt(tmp_path):
     assert all(pid_gone(p, 1.0) for p in pids)
 
 
+@pytest.mark.slow
 def test_ranks_die_with_their_parent(tmp_path):
     proc = start_script(tmp_path)
     try:

@@ -24,6 +24,7 @@ def run(kc, code, timeout=120):
     return reply["content"]["status"], "".join(out)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["restart", "shutdown"])
 def test_kernel_restart_or_shutdown_leaves_no_rank(how, monkeypatch):
     monkeypatch.setenv("DTLAB_OUTPUT", "lines")

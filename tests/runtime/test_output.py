@@ -140,6 +140,7 @@ type(sink).__name__''',
 ]
 
 
+@pytest.mark.slow
 def test_panes_leave_each_ranks_text_in_the_saved_notebook(tmp_path, monkeypatch, no_orphans):
     pytest.importorskip("ipywidgets")
     nbformat = pytest.importorskip("nbformat")  # the notebook stack (absent on GPU images)

@@ -66,6 +66,7 @@ def test_exception_on_every_rank_leaves_the_pool_untouched(pool):
     assert pool.exec("kept").values == [0, 7]
 
 
+@pytest.mark.slow
 def test_exception_while_others_wait_in_a_collective_restarts_the_pool(pool):
     before = worker_pids(pool)
     with pytest.raises(dtlab.RankError) as ei:
@@ -75,6 +76,7 @@ def test_exception_while_others_wait_in_a_collective_restarts_the_pool(pool):
     assert pool.exec("t = torch.ones(1); dist.all_reduce(t); t.item()").values == [2.0, 2.0]
 
 
+@pytest.mark.slow
 def test_hang_then_restart_then_works(pool):
     before = worker_pids(pool)
     code = textwrap.dedent("""\
@@ -118,6 +120,7 @@ def test_interrupt_stops_the_cell_and_keeps_the_namespace(pool, sigint_raises):
     assert pool.exec("kept").values == ["still here"] * 2
 
 
+@pytest.mark.slow
 def test_interrupt_of_a_blocked_collective_restarts(pool, sigint_raises):
     timer = threading.Timer(1.5, os.kill, (os.getpid(), signal.SIGINT))
     timer.start()
@@ -127,6 +130,7 @@ def test_interrupt_of_a_blocked_collective_restarts(pool, sigint_raises):
     assert pool.exec("rank").values == [0, 1]
 
 
+@pytest.mark.slow
 def test_500_cells_do_not_leak(pool):
     me = psutil.Process()
     for _ in range(50):
@@ -145,6 +149,7 @@ def test_500_cells_do_not_leak(pool):
     assert per_cell < 0.5  # a sanity bound, not a benchmark (benchmarks/pool.py measures)
 
 
+@pytest.mark.slow
 def test_a_rank_printing_100_mb_does_not_block(pool, capsys, monkeypatch):
     monkeypatch.setenv("DTLAB_DISPLAY_LIMIT", "100000")
     t0 = time.monotonic()
@@ -170,6 +175,7 @@ def test_close_restart_and_no_orphans():
         pool.exec("1")
 
 
+@pytest.mark.slow
 def test_workers_exit_when_the_parent_dies(tmp_path):
     script = textwrap.dedent("""
         import sys, time, dtlab

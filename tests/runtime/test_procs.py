@@ -22,6 +22,7 @@ def _open_under(folder: str) -> list[str]:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="reads /proc/self/fd")
 def test_stopped_ranks_leave_no_log_file_open_in_the_parent(tmp_path):
     """torch closes a rank's log files only for ranks it stops itself, and dtlab stops them

@@ -70,6 +70,7 @@ PARENT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sig,pool", [(signal.SIGTERM, True), (signal.SIGKILL, False)],
                          ids=["SIGTERM-pool", "SIGKILL-run"])
 def test_killed_parent_leaves_no_rank_no_grandchild_no_folder(tmp_path, sig, pool):
@@ -105,6 +106,7 @@ CHAIN_PARENT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("zygote", ["1", "0"])
 def test_a_reforking_chain_ends_when_its_launcher_is_killed(tmp_path, zygote):
     """The parent SIGKILLed while a rank's re-forking chain runs: the reaper used to kill each
@@ -223,6 +225,7 @@ def _control_threads() -> list[str]:
     return [t.name for t in threading.enumerate() if t.name.startswith("dtlab-control")]
 
 
+@pytest.mark.slow
 def test_pool_listens_on_loopback_only_ignores_squatters_and_leaks_no_thread(tmp_path, monkeypatch):
     monkeypatch.setenv("DTLAB_RUN_ROOT", str(tmp_path))
     stop, held = threading.Event(), []

@@ -12,6 +12,7 @@ import rank_fns
 from rank_fns import slow_step_then_hang
 
 
+@pytest.mark.slow
 def test_a_slow_step_does_not_leave_its_snapshot_behind(tmp_path):
     out = str(tmp_path / "ev")
     with pytest.raises(HangError):

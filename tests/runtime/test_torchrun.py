@@ -16,6 +16,7 @@ def test_bad_input_is_refused_before_anything_starts(tmp_path, monkeypatch):
         dtlab.torchrun("s.py", nproc=0)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_console_streams_and_a_timeout_ends_every_process(tmp_path, monkeypatch, capsys, no_orphans):
     monkeypatch.chdir(tmp_path)

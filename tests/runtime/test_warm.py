@@ -33,6 +33,7 @@ def rank_view():
             "session_leader": os.getsid(0) == os.getpgid(0)}
 
 
+@pytest.mark.slow
 def test_a_warm_rank_sees_what_a_cold_one_does(monkeypatch, no_orphans):
     """Path, working folder, interpreter flags, environment, thread count, the
     TORCH_DISTRIBUTED_DEBUG level torch reads at import, stdio buffering, signal handlers."""
@@ -61,6 +62,7 @@ def stuck():
     time.sleep(120)
 
 
+@pytest.mark.slow
 def test_a_dead_zygote_ends_its_ranks_not_the_launch(no_orphans):
     """The zygote killed under running ranks: each guard sees its parent go and ends its rank;
     the launch reports the failure (no hang), and the next launch starts a new zygote."""
@@ -84,6 +86,7 @@ def test_a_dead_zygote_ends_its_ranks_not_the_launch(no_orphans):
     assert dtlab.run(lambda: 7, nprocs=2, backend="gloo").values == [7, 7]
 
 
+@pytest.mark.slow
 def test_a_start_up_variable_of_the_launcher_itself_counts_too(monkeypatch, no_orphans):
     """Set in this process's environment between two launches (a notebook's os.environ), not
     through env=: the second launch must not fork from the first one's zygote."""
@@ -129,6 +132,7 @@ def test_a_forked_rank_has_the_launchers_umask_and_limits_of_now():
         resource.setrlimit(resource.RLIMIT_NOFILE, old_nofile)
 
 
+@pytest.mark.slow
 def test_an_environment_too_large_for_the_zygote_starts_fresh_interpreters():
     big = {f"BIG_TEST_VALUE_{i}": "x" * 100_000 for i in range(3)}  # one message: too long
     assert dtlab.run(lambda: 1, nprocs=2, backend="gloo", env=big).values == [1, 1]

@@ -44,6 +44,7 @@ def test_two_settings_on_gloo_give_rows_for_each_with_empty_nccl_columns(tmp_pat
     assert len(tuning.best(df)) == 3
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("no_orphans")
 def test_a_failing_setting_is_a_row_and_the_sweep_goes_on(capsys, monkeypatch):
     msg = ("NCCL error: invalid usage\nLast error:\nError : no algorithm/protocol available "
@@ -66,6 +67,7 @@ def test_a_failing_setting_is_a_row_and_the_sweep_goes_on(capsys, monkeypatch):
     assert set(tuning.best(res)["best"]) <= {"default", "PROTO=LL"}
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("no_orphans")
 def test_cli_tune_json_csv_plot(tmp_path, capsys):
     csv, png = tmp_path / "t.csv", tmp_path / "t.png"
