@@ -8,8 +8,10 @@ each command is its section's ``cli`` module, which owns these functions --
                             value is refused by argparse
     check(args)             what needs more than one flag (``-b`` larger than ``-e``): raise
                             ValueError, and it becomes one line and exit status 2
-    run(args) -> int        the work; a reporting command ends in dtlab.reporting.emit(report,
-                            args.json) and returns its exit status
+    run(args)               the work: returns (report, exit status) -- the registry prints the
+                            report (dtlab.reporting.emit: --json or text) -- or a status alone.
+                            While a --json command runs, anything else it prints (ranks'
+                            lines, progress) goes to stderr: stdout holds the JSON alone
 
 Bad input -- a wrong flag value, a file that is not there -- is one line on stderr,
 ``dtlab CMD: what is wrong and what to do``, and exit status 2, before any rank starts
@@ -32,6 +34,7 @@ import sys
 import textwrap
 
 from .flags import Parser
+from .reporting import emit
 
 # command: (its module, the line `dtlab --help` shows)
 COMMANDS = {
@@ -166,7 +169,15 @@ def main(argv: list[str] | None = None) -> int:
             check = getattr(args.module, "check", None)
             if check is not None:
                 check(args)
-        return args.module.run(args) or 0
+        out = sys.stdout
+        quiet = contextlib.redirect_stdout(sys.stderr) if getattr(args, "json", False) \
+            else contextlib.nullcontext()
+        with quiet:
+            done = args.module.run(args)
+        report, status = done if isinstance(done, tuple) else (None, done)
+        if report is not None:
+            emit(report, getattr(args, "json", False), file=out)
+        return status or 0
     except (BadInput, LaunchError) as e:  # LaunchError: raised before any rank started
         print(f"{args.prog}: {one_line(e)}", file=sys.stderr)
         return 2

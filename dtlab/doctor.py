@@ -262,9 +262,6 @@ def add_arguments(p) -> None:
     p.add_argument("--no-launch", action="store_true", help="skip the live 2-rank all_reduce")
 
 
-def run(args) -> int:
-    from .reporting import emit
-
+def run(args):
     checks = diagnose(launch=not args.no_launch)
-    emit(checks, args.json)
-    return 0 if checks.ok else 1
+    return checks, 0 if checks.ok else 1

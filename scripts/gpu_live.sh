@@ -3,6 +3,7 @@
 # root (one device call; nbclient, ipykernel and py-spy carried as wheels in .whl/):
 #
 #   GPU_TESTS=1 bash scripts/gpu_live.sh OUT_DIR 04_multinode 05_parity ...
+#   GPU_TESTS=1 GPU_TEST_DIRS="tests/bench tests/tuning" bash scripts/gpu_live.sh OUT_DIR
 #
 #   OUT_DIR/pytest_gpu.txt   pytest -m gpu over every package (GPU_TESTS=1)
 #   OUT_DIR/nb_<name>.txt    each notebook's text outputs (scripts/run_notebook.py)
@@ -23,8 +24,9 @@ if ls .whl/*.whl >/dev/null 2>&1; then
 fi
 log "machine: $(nvidia-smi -L | tr '\n' ' ') $(python3 -c 'import torch; print("torch", torch.__version__, "nccl", ".".join(map(str, torch.cuda.nccl.version())))')"
 if [ "${GPU_TESTS:-0}" = 1 ]; then
-  timeout 300 python3 -m pytest -m gpu -q -p no:cacheprovider -rs -x tests/runtime tests/multinode \
-    tests/parity tests/capstone tests/hang > "$OUT/pytest_gpu.txt" 2>&1
+  timeout 300 python3 -m pytest -m gpu -q -p no:cacheprovider -rs -x \
+    ${GPU_TEST_DIRS:-tests/runtime tests/multinode tests/parity tests/capstone tests/hang} \
+    > "$OUT/pytest_gpu.txt" 2>&1
   log "pytest -m gpu: exit $? ($(tail -1 "$OUT/pytest_gpu.txt"))"
 fi
 for nb in "$@"; do

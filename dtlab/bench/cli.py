@@ -79,8 +79,8 @@ def _save(args, df, plot) -> None:  # df: a DataFrame
         plot().figure.savefig(args.plot, dpi=120, bbox_inches="tight")
 
 
-def run(args) -> int:
-    from ..reporting import Plain, emit
+def run(args):
+    from ..reporting import Plain
 
     if args.p2p:
         from ..vocab import parse_size
@@ -90,10 +90,10 @@ def run(args) -> int:
         df = p2p.p2p_matrix(size=size, iters=args.iters, warmup=args.warmup_iters)
         _save(args, df, lambda: p2p.plot_p2p(df, "uni_GBps"))
         slow = p2p.slow_pairs(df, "uni_GBps")
-        emit(Plain({"pairs": df.to_dict(orient="records"), "slow_pairs": slow},
-                   df.to_string(index=False, float_format=lambda v: f"{v:.2f}")
-                   + f"\nslow pairs (< 0.75 x median uni GB/s): {slow or 'none'}"), args.json)
-        return 1 if slow else 0
+        return Plain({"pairs": df.to_dict(orient="records"), "slow_pairs": slow},
+                     df.to_string(index=False, float_format=lambda v: f"{v:.2f}")
+                     + f"\nslow pairs (< 0.75 x median uni GB/s): {slow or 'none'}"), \
+            1 if slow else 0
     from .. import bench
 
     result = bench.sweep(args.op, args.minbytes, args.maxbytes, args.stepfactor, args.iters,
@@ -101,7 +101,6 @@ def run(args) -> int:
                      backend=args.backend, progress=not args.json, timeout=args.timeout,
                      graph=args.graph)
     _save(args, result.frame, lambda: bench.plot(result))
-    emit(result, args.json)
     wrong = any((r[g] or {}).get("wrong") for rep in result.to_reports() for r in rep["rows"]
                 for g in ("oop", "ip"))
-    return 2 if result.frame.empty else 1 if wrong else 0
+    return result, 2 if result.frame.empty else 1 if wrong else 0

@@ -115,25 +115,17 @@ def check(args) -> None:
     resolve(args.nprocs, args.backend)
 
 
-def run(args) -> int:
-    from ..reporting import emit
-
+def run(args):
     if args.capstone_command == "hang":
         from .hang import hang
 
-        report = hang(args.bug, args.nprocs, args.backend, args.out, timeout=args.timeout,
-                      culprit=args.culprit, at_step=args.at_step, baseline=args.baseline)
-        emit(report, args.json)
-        return 0
+        return hang(args.bug, args.nprocs, args.backend, args.out, timeout=args.timeout,
+                    culprit=args.culprit, at_step=args.at_step, baseline=args.baseline), 0
     if args.capstone_command == "baseline":
         from .baseline import baseline
 
-        b = baseline(args.size, args.steps, args.nprocs, args.backend, args.out)
-        emit(b, args.json)
-        return 0
+        return baseline(args.size, args.steps, args.nprocs, args.backend, args.out), 0
     from .train import train
 
-    summary = train(args.size, args.steps, args.nprocs, args.backend, args.batch, args.seq,
-                    args.data)
-    emit(summary, args.json)
-    return 0
+    return train(args.size, args.steps, args.nprocs, args.backend, args.batch, args.seq,
+                 args.data), 0

@@ -41,15 +41,14 @@ def check(args) -> None:
         check_output_file(args.html, "--html")
 
 
-def run(args) -> int:
-    from ..reporting import emit
+def run(args):
+    import sys
+
     from .checks import run as run_checks
 
     rep = run_checks(args.level, args.nprocs, progress=not args.json)
-    emit(rep, args.json)
     if args.html:
         with open(args.html, "w") as f:
             f.write(rep.to_html())
-        if not args.json:
-            print(f"wrote {args.html}")
-    return rep.exit_status
+        print(f"wrote {args.html}", file=sys.stderr)
+    return rep, rep.exit_status

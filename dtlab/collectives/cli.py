@@ -48,10 +48,8 @@ def check(args) -> None:
     resolve(args.nprocs, args.backend)  # GPUs enough for nccl, before anything starts
 
 
-def run(args) -> int:
-    from ..reporting import emit
+def run(args):
     from . import validate_all
 
     rep = validate_all(args.op, nprocs=args.nprocs, backend=args.backend, timeout=args.timeout)
-    emit(rep, args.json)
-    return 0 if rep.ok else 1
+    return rep, 0 if rep.ok else 1

@@ -243,7 +243,7 @@ def _feedback(api, args) -> int:
 
 
 def _report(api, args) -> int:
-    from ..reporting import Plain, emit
+    from ..reporting import Plain
 
     df = api.report(db=args.db, root=args.root, csv=args.csv)
     if args.csv:
@@ -251,8 +251,7 @@ def _report(api, args) -> int:
                 f"{df['assignment'].nunique()} assignments) to {args.csv}")
     else:
         text = df.to_string(index=False) if not df.empty else "no graded submissions yet"
-    emit(Plain(json.loads(df.to_json(orient="records")), text), args.json)
-    return 0
+    return Plain(json.loads(df.to_json(orient="records")), text), 0
 
 
 _STEPS = {"release": _release, "validate": _validate, "autograde": _autograde,

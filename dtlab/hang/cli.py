@@ -41,11 +41,8 @@ def check(args) -> None:
                detail=args.detail)
 
 
-def run(args) -> int:
-    from ..reporting import emit
+def run(args):
     from . import reproduce
 
-    rep = reproduce(args.kind, nprocs=args.nprocs, backend=args.backend, timeout=args.timeout,
-                    out=args.out, detail=args.detail, delay=args.delay)
-    emit(rep, args.json)
-    return 0
+    return reproduce(args.kind, nprocs=args.nprocs, backend=args.backend, timeout=args.timeout,
+                     out=args.out, detail=args.detail, delay=args.delay), 0

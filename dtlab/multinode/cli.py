@@ -61,8 +61,8 @@ def check(args) -> None:
                    args.pg_timeout, args.iperf)
 
 
-def run(args) -> int:
-    from ..reporting import Plain, emit
+def run(args):
+    from ..reporting import Plain
 
     if args.multinode_command == "script":
         from .script import sbatch, torchrun_lines
@@ -70,13 +70,11 @@ def run(args) -> int:
         if args.slurm:
             text = sbatch(args.nodes, args.gpus_per_node, args.entry, args.port, args.ifname,
                           nvls=not args.no_nvls)
-            emit(Plain({"sbatch": text}, text.rstrip("\n")), args.json)
-        else:
-            lines = torchrun_lines(args.nodes, args.gpus_per_node, args.entry, args.master,
-                                   args.port, args.ifname, nvls=not args.no_nvls)
-            emit(Plain({"lines": lines}, "\n".join(f"# node {i}\n{line}"
-                                                     for i, line in enumerate(lines))), args.json)
-        return 0
+            return Plain({"sbatch": text}, text.rstrip("\n")), 0
+        lines = torchrun_lines(args.nodes, args.gpus_per_node, args.entry, args.master,
+                               args.port, args.ifname, nvls=not args.no_nvls)
+        return Plain({"lines": lines}, "\n".join(f"# node {i}\n{line}"
+                                                   for i, line in enumerate(lines))), 0
     from .simulate import Terminated, simulate
 
     try:
@@ -87,7 +85,6 @@ def run(args) -> int:
         print(f"dtlab multinode simulate: stopped by {how}; everything it made is removed",
               file=sys.stderr)
         return status  # as a shell reports a process ended by that signal
-    emit(res, args.json)
     if args.fault:
-        return 0 if res["diagnosis"]["confident"] else 1  # named, or unsure: not found
-    return 0 if res["ok"] else 1
+        return res, 0 if res["diagnosis"]["confident"] else 1  # named, or unsure: not found
+    return res, 0 if res["ok"] else 1

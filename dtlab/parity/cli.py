@@ -46,29 +46,25 @@ def check(args) -> None:
     resolve(args.nprocs, args.backend)
 
 
-def run(args) -> int:
-    from ..reporting import Several, emit
+def run(args):
+    from ..reporting import Several
 
     if args.scaling:
         from .scaling import report
 
-        emit(report(list(range(1, args.nprocs + 1)), backend=args.backend, steps=args.steps,
-                    command="dtlab parity --scaling"), args.json)
-        return 0
+        return report(list(range(1, args.nprocs + 1)), backend=args.backend, steps=args.steps,
+                      command="dtlab parity --scaling"), 0
     if args.precision:
         from .precision import mixed_precision
 
         rows = mixed_precision(nprocs=args.nprocs, backend=args.backend, steps=args.steps)
-        emit(rows, args.json)
-        return 0 if rows.ok else 1
+        return rows, 0 if rows.ok else 1
     if args.fsdp:
         from .fsdp import fsdp_vs_ddp
 
-        emit(Several(fsdp_vs_ddp(nprocs=args.nprocs, backend=args.backend, steps=args.steps)),
-             args.json)
-        return 0
+        return Several(fsdp_vs_ddp(nprocs=args.nprocs, backend=args.backend,
+                                   steps=args.steps)), 0
     from . import compare
 
-    emit(compare(args.bug, args.fix, nprocs=args.nprocs, backend=args.backend, steps=args.steps,
-                 dtype=args.dtype), args.json)
-    return 0
+    return compare(args.bug, args.fix, nprocs=args.nprocs, backend=args.backend,
+                   steps=args.steps, dtype=args.dtype), 0

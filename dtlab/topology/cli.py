@@ -23,9 +23,7 @@ def check(args) -> None:
     args.topo = load(args.file) if args.file else local()
 
 
-def run(args) -> int:
-    from ..reporting import emit
+def run(args):
     from .report import TopoReport
 
-    emit(TopoReport(args.topo), args.json)
-    return 0
+    return TopoReport(args.topo), 0

@@ -67,14 +67,11 @@ def check(args) -> None:
     check_sweep(args.settings, **_sweep_args(args))
 
 
-def run(args) -> int:
-    import sys
-
-    from ..reporting import emit
+def run(args):
     from . import plot, sweep
 
     result = sweep(args.settings, timeout=args.timeout, log_dir=args.log_dir, progress=True,
-                   progress_stream=sys.stderr if args.json else None, **_sweep_args(args))
+                   **_sweep_args(args))
     df = result.frame
     if args.csv:
         df.to_csv(args.csv, index=False)
@@ -83,6 +80,5 @@ def run(args) -> int:
 
         matplotlib.use("Agg")  # a file, never a window
         plot(result).figure.savefig(args.plot, dpi=120, bbox_inches="tight")
-    emit(result, args.json)
     ok = df[df["status"] == "ok"]
-    return 2 if ok.empty else 1 if (ok["wrong"].fillna(0) > 0).any() else 0
+    return result, 2 if ok.empty else 1 if (ok["wrong"].fillna(0) > 0).any() else 0

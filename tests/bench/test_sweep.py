@@ -101,7 +101,11 @@ def test_the_result_is_a_report_and_goes_where_a_frame_goes(every_op):
     assert bench.to_frame(every_op) is every_op.frame and not every_op.frame.attrs
     assert to_reports(every_op.frame)[0]["header"]["tool"] == "dtlab bench"
     assert len(bench.plot(every_op).lines) == len(bench.plot(every_op.frame).lines) > 0
-    ar = type(every_op)(every_op.frame[every_op.frame["op"] == "all_reduce"])
+    frame = every_op.frame[every_op.frame["op"] == "all_reduce"].copy()
+    for g in ("oop", "ip"):  # times that grow with size, as on a quiet machine: fit() needs it
+        frame[f"{g}_time_us"] = frame[f"{g}_time_us"].where(frame[f"{g}_time_us"].isna(),
+                                                              5 + frame["size"] / 1e4)
+    ar = type(every_op)(frame)
     assert bench.fit(ar).alpha_us == bench.fit(ar.frame).alpha_us
 
 

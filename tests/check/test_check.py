@@ -137,5 +137,5 @@ def test_the_html_report_is_one_page_with_the_pictures(tmp_path, capsys):
     assert "src='http" not in page and "<script" not in page  # nothing to fetch
     out = tmp_path / "check.html"
     assert main(["check", "--html", str(out)]) in (0, 1)
-    assert "<table>" in out.read_text() and f"wrote {out}" in capsys.readouterr().out
+    assert "<table>" in out.read_text() and f"wrote {out}" in capsys.readouterr().err
     assert main(["check", "--html", str(tmp_path / "no" / "x.html")]) == 2  # refused first

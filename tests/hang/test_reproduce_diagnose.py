@@ -122,3 +122,18 @@ def test_host_oom_is_the_kernels_oom_killer(evidence, tmp_path):
         in d.summary, d.summary
     assert any(e["kind"] == "memory_events" and e["file"] == "cgroup-memory.json"
                for e in d.evidence)
+
+
+def test_dtlab_hang_json_is_the_only_thing_on_stdout(tmp_path, capfd):
+    """The ranks print while they fail (tracebacks, the watchdog): with --json that goes to
+    stderr, and stdout is one JSON document -- on 2x H100 it was the ranks' lines, then the JSON."""
+    from dtlab.cli import main
+
+    out = tmp_path / "ev"
+    assert main(["hang", "rank_exit", "--nprocs", "2", "--backend", "gloo", "--timeout", "30",
+                 "--out", str(out), "--no-detail", "--json"]) == 0
+    stdout, stderr = capfd.readouterr()
+    got = json.loads(stdout)
+    assert got["kind"] == "rank_exit" and got["out"] == str(out)
+    assert got["diagnosis"]["failure_class"] == "rank_died", got["diagnosis"]["summary"]
+    assert "[rank " in stderr  # what the ranks said is still shown, on stderr

@@ -28,8 +28,5 @@ def check(args) -> None:
         raise ValueError(str(e)) from None
 
 
-def run(args) -> int:
-    from ...reporting import emit
-
-    emit(args.diagnosis, args.json)
-    return 0 if args.diagnosis.failure_class == "no_failure" else 1
+def run(args):
+    return args.diagnosis, 0 if args.diagnosis.failure_class == "no_failure" else 1
