@@ -131,6 +131,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         cmd = sub.add_parser(name, help=help, description=textwrap.fill(help, 78),
                              parents=parents, formatter_class=argparse.RawDescriptionHelpFormatter)
         mod.add_arguments(cmd)
+        if cmd.epilog:
+            cmd.epilog = textwrap.fill(cmd.epilog, 78)
         cmd.set_defaults(module=mod)
         _name_each(cmd)
     return p
@@ -155,11 +157,16 @@ def main(argv: list[str] | None = None) -> int:
     name = _command(argv)
     parser = build_parser(only=name if name in COMMANDS else "")
     try:
-        args = parser.parse_args(argv)
+        args, extra = parser.parse_known_args(argv)
     except SystemExit as e:  # argparse: --help (0) or a refused flag (2), said on stderr
         return e.code if isinstance(e.code, int) else 2
     if not getattr(args, "module", None):
-        parser.print_help()
+        print(f"dtlab: give a command: {', '.join(COMMANDS)} (dtlab --help says what each "
+              f"does)", file=sys.stderr)
+        return 2
+    if extra:  # named by the (sub)command that was given them, not by `dtlab`
+        print(f"{args.prog}: unrecognized arguments: {' '.join(extra)} (see {args.prog} "
+              f"--help)", file=sys.stderr)
         return 2
     from .runtime.errors import LaunchError
 

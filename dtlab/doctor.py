@@ -219,6 +219,9 @@ def diagnose(launch: bool = True) -> Checkup:
         if "nccl" in ready and ngpu < 2:
             ready.remove("nccl")
         checks += _launch(ready)
+    elif not launch:
+        checks.append(Check("launch", INFO, "not tried (--no-launch): whether two ranks meet and "
+                            "all-reduce here is unchecked"))
     checks += [_py_spy(), _shm(), _nccl_env()]
     return Checkup(checks)
 
@@ -260,6 +263,7 @@ def parents() -> list:
 
 def add_arguments(p) -> None:
     p.add_argument("--no-launch", action="store_true", help="skip the live 2-rank all_reduce")
+    p.epilog = "exit status: 0 nothing FAILs, 1 something does (a -> line says what to do)"
 
 
 def run(args):

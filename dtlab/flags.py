@@ -23,7 +23,7 @@ import re
 from .limits import MAX_ITERS
 from .limits import number as check_number
 from .limits import whole as check_whole
-from .vocab import DTYPES, check_dtype, parse_size
+from .vocab import DTYPES, check_dtype, format_size, parse_size
 
 BACKENDS = ("auto", "nccl", "gloo")
 
@@ -33,21 +33,22 @@ class Parser(argparse.ArgumentParser):
     ``--help`` has it) and exit status 2."""
 
     def error(self, message: str):
-        # argparse says "argument -n/--iters: <ours>"; ours already names the flag
-        message = re.sub(r"^argument [^:]+: (?=-)", "", message)
+        # argparse says "argument -n/--iters: <ours>"; ours already names the flag (or FILE)
+        message = re.sub(r"^argument (?:[^:]+/)?([^:/]+): (?=-|\1 )", "", message)
         if "--help" not in message and not message.startswith("-"):
             message += f" (see {self.prog} --help)"
         self.exit(2, f"{self.prog}: {message}\n")
 
 
-def as_flag(e: Exception, name: str, value, flag: str | None = None
+def as_flag(e: Exception, name: str, value, flag: str | None = None, typed: str | None = None
             ) -> argparse.ArgumentTypeError:
     """A library refusal of one value, ``name=value ...`` (the library was called with ``name``),
-    as the terminal writes it: ``flag value ...`` (``flag`` defaults to ``name``)."""
+    as the terminal writes it: ``flag value ...`` (``flag`` defaults to ``name``; ``typed``, the
+    text as the user typed it, is shown instead of the converted value)."""
     text = " ".join(str(e).split())
     said = f"{name}={value!r}"
     if text.startswith(said):
-        text = f"{flag or name} {value!r}{text[len(said):]}"
+        text = f"{flag or name} {typed if typed is not None else repr(value)}{text[len(said):]}"
     return argparse.ArgumentTypeError(text)
 
 
@@ -67,7 +68,7 @@ def _read(flag: str, kind, check, name: str | None = None):
         try:
             return check(value)
         except ValueError as e:
-            raise as_flag(e, name or flag, value, flag) from None
+            raise as_flag(e, name or flag, value, flag, text.strip()) from None
     return convert
 
 
@@ -82,12 +83,20 @@ def number(flag: str, low: float, high: float, why: str = ""):
 
 
 def seconds(flag: str = "--timeout"):
-    """``type=`` for a launch's timeout (:func:`dtlab.runtime.plan.check_timeout`)."""
-    def check(value):
-        from .runtime.plan import check_timeout
+    """``type=`` for a launch's timeout: seconds from the runtime's shortest to its longest
+    (:func:`dtlab.runtime.plan.check_timeout`), or ``inf`` for no limit (None)."""
+    def convert(text: str) -> float | None:
+        from .runtime.plan import MAX_TIMEOUT, MIN_TIMEOUT
 
-        return check_timeout(value, flag)
-    return _read(flag, float, check)
+        value = _number_text(text, flag, float)
+        if value == float("inf"):
+            return None
+        if not MIN_TIMEOUT <= value <= MAX_TIMEOUT:  # NaN fails too
+            raise argparse.ArgumentTypeError(
+                f"{flag} {text.strip()}: give seconds from {MIN_TIMEOUT:g} to {MAX_TIMEOUT:g}, "
+                f"or inf for no limit")
+        return value
+    return convert
 
 
 def nprocs(flag: str = "--nprocs", low: int = 1, why: str = ""):
@@ -96,20 +105,38 @@ def nprocs(flag: str = "--nprocs", low: int = 1, why: str = ""):
     def check(value):
         from .runtime.plan import check_nprocs
 
-        n = check_nprocs(value)
-        if n < low:
-            raise argparse.ArgumentTypeError(f"{flag} {n}: {why or f'give at least {low}'}")
-        return n
+        if value < low:  # the command's own minimum first: it says why
+            raise argparse.ArgumentTypeError(f"{flag} {value}: {why or f'give at least {low}'}")
+        return check_nprocs(value)
     return _read(flag, int, check, "nprocs")
 
 
-def size(flag: str):
-    """``type=`` for bytes as nccl-tests writes them: 8, 1K, 128M (:func:`dtlab.vocab.parse_size`)."""
+def size(flag: str, low: int = 0, high: int | None = None, why: str = ""):
+    """``type=`` for bytes as nccl-tests writes them: 8, 1K, 128M (:func:`dtlab.vocab.parse_size`),
+    from ``low`` to ``high``."""
     def convert(text: str) -> int:
         try:
-            return parse_size(text, flag)
+            n = parse_size(text, flag)
         except ValueError as e:
             raise as_flag(e, flag, text) from None
+        if n < low or (high is not None and n > high):
+            top = f" and at most {format_size(high)}" if high is not None else ""
+            raise argparse.ArgumentTypeError(f"{flag} {text}: give at least {format_size(low)} B"
+                                             f"{top}" + (f" ({why})" if why else ""))
+        return n
+    return convert
+
+
+def path(flag: str):
+    """``type=`` for a path a person names: any text but the empty one (``''`` would read the
+    current folder, or stand for the default); what it names is the command's check
+    (:mod:`dtlab.paths`)."""
+    def convert(text: str) -> str:
+        if not text.strip():
+            raise argparse.ArgumentTypeError(f"{flag} {text!r}: an empty path; give a file or "
+                                             f"folder")
+        return text
+    convert.is_path = True  # a path flag (tests/reliability/test_cli_paths.py lists them)
     return convert
 
 
@@ -157,15 +184,17 @@ def ranks(nprocs_default=None, timeout: float | None = 120, *, min_ranks: int = 
 
 
 def sweep(op_type, ops, op: str = "all_reduce", min_bytes: str = "8",
-          max_bytes: str = "128M", dtypes=tuple(DTYPES)) -> argparse.ArgumentParser:
+          max_bytes: str = "128M", dtypes=tuple(DTYPES), largest: int | None = None
+          ) -> argparse.ArgumentParser:
     """nccl-tests' sweep flags, spelled as nccl-tests spells them: -b -e -f -n -w -d; and --op
     (``op_type``: the command's own check of a comma list of ``ops``)."""
     p = _parent()
     p.add_argument("--op", type=op_type, default=op, help=f"{', '.join(ops)}, a comma list, or "
                    f"all (default {op})")
-    p.add_argument("-b", "--minbytes", type=size("-b"), default=min_bytes,
+    p.add_argument("-b", "--minbytes", type=size("-b", 1, largest), default=min_bytes,
                    help=f"smallest size, e.g. 8, 1K (default {min_bytes})")
-    p.add_argument("-e", "--maxbytes", type=size("-e"), default=max_bytes,
+    p.add_argument("-e", "--maxbytes", type=size("-e", 1, largest, "no GPU holds a larger "
+                   "buffer"), default=max_bytes,
                    help=f"largest size, e.g. 1G (default {max_bytes})")
     p.add_argument("-f", "--stepfactor", type=whole("-f", 2, 1024, "nccl-tests -f; for one size "
                    "give -b = -e"), default=2,

@@ -19,8 +19,19 @@ CASES = {  # id: (argv, words the one line must hold)
     "bench-dtype": (["bench", "-d", "float7"], "-d 'float7' is not one of: float32"),
     "bench-iters": (["bench", "-n", "0"], "-n 0 must be a whole number >= 1"),
     "bench-backend": (["bench", "--backend", "foo"], "--backend 'foo' is not one of"),
-    "bench-timeout": (["bench", "--timeout", "nan"], "--timeout nan must be a positive"),
-    "hang-nprocs": (["hang", "size_mismatch", "--nprocs", "-1"], "--nprocs -1 must be at least 1"),
+    "bench-timeout": (["bench", "--timeout", "nan"], "--timeout nan: give seconds from 0.1"),
+    "hang-nprocs": (["hang", "size_mismatch", "--nprocs", "-1"], "--nprocs -1: a distributed "
+                    "failure needs at least 2 ranks"),
+    "hang-timeout": (["hang", "size_mismatch", "--timeout", "1e6"], "--timeout 1e6 must be a "
+                     "number >= 0.1 and <= 86400"),
+    "bench-unknown-flag": (["bench", "--foo"], "unrecognized arguments: --foo"),
+    "bench-too-big": (["bench", "-e", "2T"], "-e 2T: give at least 1 B and at most 1T"),
+    "bench-empty-op": (["bench", "--op", "all_reduce,,x"], "--op 'all_reduce,,x': an empty name"),
+    "bench-nccl": (["bench", "--backend", "nccl"], "--backend nccl needs CUDA GPUs"),
+    "validate-timeout": (["validate", "--timeout", "1e30"], "--timeout 1e30: give seconds from"),
+    "parity-fix": (["parity", "--fix"], "--fix runs a bug's fix: name the bug with --bug"),
+    "tune-preset-named": (["tune", "--preset", "nope"], "--preset nope: 'nope' is not a preset"),
+    "nccl-log-empty": (["nccl-log", ""], "FILE '': an empty path"),
     "hang-two": (["hang", "size_mismatch", "--nprocs", "1"], "--nprocs 1: a distributed failure "
                  "needs at least 2 ranks"),
     "hang-kind": (["hang", "nope"], "invalid choice: 'nope'"),

@@ -11,13 +11,25 @@ P2P_SIZE = "256M"  # --p2p's copy size when -e is left at the sweep's default
 
 def ops(text: str) -> list[str]:
     """``--op``'s type: "all" or a comma list of collectives, any spelling nccl-tests uses."""
+    import argparse
+
     from ..flags import as_flag
     from .engine import resolve_ops
 
-    try:
-        return resolve_ops(text)
-    except ValueError as e:
-        raise as_flag(e, "op", text, "--op") from None
+    if text.strip().lower() == "all":
+        return resolve_ops("all")
+    names = text.split(",")
+    if not all(n.strip() for n in names):  # '' or 'a,,b': a slip
+        raise argparse.ArgumentTypeError(f"--op {text!r}: an empty name; give collectives "
+                                         f"separated by commas, e.g. all_reduce,all_gather (or "
+                                         f"all).")
+    out = []
+    for n in names:
+        try:
+            out += resolve_ops(n.strip())
+        except ValueError as e:
+            raise as_flag(e, "op", n.strip(), "--op") from None
+    return list(dict.fromkeys(out))
 
 
 def order(args) -> None:
@@ -32,9 +44,9 @@ def order(args) -> None:
 def parents() -> list:
     from ..flags import json_flag, outputs, ranks, sweep
     from .engine import SWEEP_DTYPES
-    from .formulas import OPS
+    from .formulas import MAX_SWEEP_BYTES, OPS
 
-    return [sweep(ops, OPS, dtypes=SWEEP_DTYPES),
+    return [sweep(ops, OPS, dtypes=SWEEP_DTYPES, largest=MAX_SWEEP_BYTES),
             ranks(None, 600, min_ranks=2, why="a bandwidth sweep needs at least 2 ranks."),
             outputs(), json_flag()]
 
@@ -47,22 +59,31 @@ def add_arguments(p) -> None:
                    "graph and time N replays of it (default 100; NCCL on GPUs; like nccl-tests "
                    "-G N)")
     p.add_argument("--p2p", action="store_true", help="instead of a sweep: copy GB/s and "
-                   f"latency between every GPU pair (-e: copy size, default {P2P_SIZE})")
+                   f"latency between every GPU pair (-e: copy size, default {P2P_SIZE}; -n, -w)")
+    p.epilog = ("exit status: 0 measured, 1 a result was wrong (#wrong > 0) or, with --p2p, a "
+                "pair slow, 2 bad input or nothing measured")
 
 
 def check(args) -> None:
     if args.p2p:
         from .p2p import check_p2p_possible
 
+        ignored = [f for f, given in (("--op", args.op != ["all_reduce"]),
+                                      ("-b", args.minbytes != 8), ("-f", args.stepfactor != 2),
+                                      ("-d", args.datatype != "float32"), ("--graph", args.graph),
+                                      ("--nprocs", args.nprocs is not None)) if given]
+        if ignored:
+            raise ValueError(f"--p2p copies between GPU pairs in one process: it takes -e (the "
+                             f"copy size), -n and -w, not {', '.join(ignored)}; drop them.")
         check_p2p_possible()
         return
     from ..runtime.plan import resolve
     from .engine import make_config
 
+    resolve(args.nprocs, args.backend, flags=True)
     order(args)
     make_config(args.op, args.minbytes, args.maxbytes, args.stepfactor, args.iters,
                 args.warmup_iters, args.datatype, nprocs=args.nprocs, graph=args.graph)
-    resolve(args.nprocs, args.backend)
     if args.graph:
         from .graph import check_graph_possible
 

@@ -12,7 +12,11 @@ def parents() -> list:
 
 
 def add_arguments(p) -> None:
-    p.add_argument("files", nargs="+", metavar="FILE", help="nccl-tests text output")
+    from ..flags import path
+
+    p.add_argument("files", nargs="+", type=path("FILE"), metavar="FILE",
+                   help="nccl-tests text output")
+    p.epilog = "exit status: 0 read, 2 bad input (a file that is not nccl-tests output)"
 
 
 def check(args) -> None:

@@ -26,7 +26,7 @@ arguments. Checks of the quick level (:mod:`.checks`), in order:
                       their maximum, uncorrected ECC errors, pending retired pages, throttle
                       reasons; SKIP where there is no NVML or no GPU;
 3. ``collectives`` -- :func:`dtlab.collectives.validate_all` on every op, dtype and size; a
-                      failure that is a known torch bug (:data:`.checks.KNOWN_BUGS`) is named
+                      failure that is a known torch bug (:data:`dtlab.collectives.report.KNOWN_BUGS`) is named
                       with its upstream issue and is no fault of this machine (PASS);
 4. ``bandwidth``   -- on GPUs, a 1 GiB all_reduce's busbw against the ceiling of the links
                       between them (NVLink: data rate x links, per direction) and the fraction

@@ -60,16 +60,6 @@ INFORMATIVE = {
     "NCCL_VERSION": "a label the container image sets, not an NCCL setting",
 }
 
-# Failures of validate that are torch's, not the machine's: (backend, op, check) -> the issue.
-# pytorch/pytorch#192920 (open, 2026-08): gloo ignores a non-contiguous tensor's strides in
-# broadcast, scatter and reduce -- wrong values, no error (gather was fixed in #158903); torch
-# 2.13's gloo all_reduce does the same here (dtlab validate --backend gloo, 2026-11-27).
-GLOO_STRIDES = "pytorch/pytorch#192920"
-KNOWN_BUGS = {
-    ("gloo", "broadcast", "non-contiguous"): GLOO_STRIDES,
-    ("gloo", "all_reduce", "sum non-contiguous"): GLOO_STRIDES,
-}
-
 
 # -- 1. software -------------------------------------------------------------------------------
 
@@ -172,7 +162,10 @@ def collectives_verdict(failures: list[tuple[str, str, str, str]], backend: str
                         ) -> tuple[str, list[str], list[str]]:
     """(verdict, failures that are this machine's, known torch bugs hit) from ``(op, dtype,
     check, detail)`` of each failed validation row. A known torch bug is no fault of the
-    machine: it is named with its upstream issue, and the verdict stays PASS."""
+    machine (:data:`dtlab.collectives.report.KNOWN_BUGS`): it is named with its upstream issue,
+    and the verdict stays PASS."""
+    from ..collectives.report import KNOWN_BUGS
+
     own, known = [], []
     for op, dtype, check, detail in failures:
         bug = KNOWN_BUGS.get((backend, op, check))

@@ -28,6 +28,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--html", metavar="FILE", help="also write the report as one self-contained "
                    "HTML page, with the pictures (busbw against the ceiling and the P2P matrix "
                    "at --level standard)")
+    p.epilog = "exit status: 0 all PASS or SKIP, 1 a WARN or FAIL, 2 bad input"
 
 
 def check(args) -> None:

@@ -45,7 +45,7 @@ def add_arguments(p) -> None:
 def check(args) -> None:
     from ..runtime.plan import resolve
 
-    resolve(args.nprocs, args.backend)  # GPUs enough for nccl, before anything starts
+    resolve(args.nprocs, args.backend, flags=True)  # GPUs enough for nccl, before anything starts
 
 
 def run(args):

@@ -24,6 +24,16 @@ from dataclasses import asdict, dataclass
 
 STATUSES = ("pass", "fail", "unsupported")
 
+# Failures that are torch's, not the machine's: (backend, op, check) -> the issue.
+# pytorch/pytorch#192920 (open, 2026-08): gloo ignores a non-contiguous tensor's strides in
+# broadcast, scatter and reduce -- wrong values, no error (gather was fixed in #158903); torch
+# 2.13's gloo all_reduce does the same here (dtlab validate --backend gloo, 2026-11-27).
+GLOO_STRIDES = "pytorch/pytorch#192920"
+KNOWN_BUGS = {
+    ("gloo", "broadcast", "non-contiguous"): GLOO_STRIDES,
+    ("gloo", "all_reduce", "sum non-contiguous"): GLOO_STRIDES,
+}
+
 
 @dataclass(frozen=True)
 class Row:
@@ -112,6 +122,11 @@ class Report:
         for r in shown:
             lines.append(f"{r.status.upper():<11} {r.op} {r.check} {r.dtype} size={r.size}: "
                          f"{r.detail}")
+        known = sorted({f"{r.op} {r.check} ({KNOWN_BUGS[(self.backend, r.op, r.check)]})"
+                        for r in self.failures if (self.backend, r.op, r.check) in KNOWN_BUGS})
+        if known:
+            lines += ["", f"known bugs of torch's {self.backend}, not of this machine: "
+                      + ", ".join(known)]
         lines += ["", self.summary()]
         return "\n".join(lines)
 

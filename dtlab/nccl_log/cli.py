@@ -18,7 +18,9 @@ def parents() -> list:
 
 
 def add_arguments(p) -> None:
-    p.add_argument("files", nargs="+", metavar="FILE", help="log files, or a folder of them, or "
+    from ..flags import path
+
+    p.add_argument("files", nargs="+", type=path("FILE"), metavar="FILE", help="log files, or a folder of them, or "
                    "captured torchrun output")
     p.add_argument("--comm", default=None, help="communicator to report (key or commId; "
                    "default: the world one)")

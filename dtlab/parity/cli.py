@@ -9,8 +9,8 @@ from __future__ import annotations
 def parents() -> list:
     from ..flags import json_flag, ranks
 
-    return [ranks(2, None, min_ranks=2, why="parity is a comparison with one process",
-                  nprocs_help="ranks (default 2)"), json_flag()]
+    return [ranks(2, None, min_ranks=2, why="parity compares 2 to 8 ranks with one process: give "
+                  "2 or more", nprocs_help="ranks (default 2)"), json_flag()]
 
 
 def add_arguments(p) -> None:
@@ -31,6 +31,8 @@ def add_arguments(p) -> None:
                    help="training steps (default 8)")
     p.add_argument("--dtype", type=one_of("--dtype", ("float64", "float32")),
                    default="float64", help="float64 or float32 (DDP runs)")
+    p.epilog = ("exit status: 0 compared (the report says whether parity held), 1 --precision: "
+                "a mode outside its tolerance, 2 bad input")
 
 
 def check(args) -> None:
@@ -43,7 +45,10 @@ def check(args) -> None:
     if args.nprocs > 8:
         raise ValueError(f"--nprocs {args.nprocs}: at most 8 (parity is a comparison with one "
                          f"process, not a scale test).")
-    resolve(args.nprocs, args.backend)
+    if args.fix and args.bug == "none":
+        raise ValueError("--fix runs a bug's fix: name the bug with --bug (e.g. --bug sum_loss "
+                         "--fix).")
+    resolve(args.nprocs, args.backend, flags=True)
 
 
 def run(args):

@@ -101,7 +101,8 @@ class Report:
         name = self.bug + (" (fixed)" if self.fixed else "")
         if self.error:
             return f"{name}: DDP raised -- {self.error.splitlines()[0][:160]}"
-        where = "" if self.parity else f", first off at step {self.first_divergent_step}"
+        where = "" if self.parity or self.first_divergent_step is None else \
+            f", first off at step {self.first_divergent_step + 1}"  # steps count from 1
         comm = "reduce-scatters" if self.bug.startswith("fsdp") else "all-reduces"
         return (f"{name}: parity {self.parity} (max |diff| {self.max_abs_diff:.3g}, tolerance "
                 f"{self.tolerance:g} for {self.dtype} on {self.backend}{where}); "

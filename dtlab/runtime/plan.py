@@ -45,10 +45,16 @@ def gpu_count() -> int:
 
 
 def resolve(nprocs: int | None = None, backend: str = "auto", env: dict | None = None,
-            pg_timeout: float | None = None) -> Plan:
-    """Validate the launch arguments and return the :class:`Plan`; raise :class:`LaunchError`."""
+            pg_timeout: float | None = None, flags: bool = False) -> Plan:
+    """Validate the launch arguments and return the :class:`Plan`; raise :class:`LaunchError`.
+    ``flags=True`` (a command's check): the messages name ``--nprocs`` / ``--backend`` as a
+    terminal spells them, not the Python parameters."""
+    def said(name: str, value) -> str:
+        return f"--{name} {value}" if flags else f"{name}={value!r}"
+
     if not isinstance(backend, str) or backend.lower() not in BACKENDS:
-        raise LaunchError(f"backend={backend!r} is not one of {', '.join(map(repr, BACKENDS))}.")
+        raise LaunchError(f"{said('backend', backend)} is not one of "
+                          f"{', '.join(map(repr, BACKENDS))}.")
     backend = backend.lower()
     nprocs = check_nprocs(nprocs)
     checked_env = check_env(env)
@@ -62,14 +68,15 @@ def resolve(nprocs: int | None = None, backend: str = "auto", env: dict | None =
     if backend == "nccl":
         if not dist.is_nccl_available() or ngpu == 0:
             raise LaunchError(
-                "backend='nccl' needs CUDA GPUs and a torch build with NCCL; this machine has "
-                f"{ngpu} visible GPU(s) (torch.cuda.is_available() is "
-                f"{ngpu > 0}). Use backend='gloo' to run the same code on CPU ranks, or "
-                "run `dtlab doctor` to see what is missing.")
+                f"{said('backend', 'nccl')} needs CUDA GPUs and a torch build with NCCL; this "
+                f"machine has {ngpu} visible GPU(s) (torch.cuda.is_available() is "
+                f"{ngpu > 0}). Use {said('backend', 'gloo')} to run the same code on CPU ranks, "
+                "or run `dtlab doctor` to see what is missing.")
         if n > ngpu:
             raise LaunchError(
-                f"nprocs={n} with backend='nccl' needs {n} GPUs (one per rank); this machine has "
-                f"{ngpu}. Use nprocs<={ngpu}, or backend='gloo' for more ranks on the CPU.")
+                f"{said('nprocs', n)} with {said('backend', 'nccl')} needs {n} GPUs (one per "
+                f"rank); this machine has {ngpu}. Use {said('nprocs', ngpu)} or fewer, or "
+                f"{said('backend', 'gloo')} for more ranks on the CPU.")
     elif backend == "auto":
         if ngpu and n <= ngpu and dist.is_nccl_available():
             backend = "nccl"

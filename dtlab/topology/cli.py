@@ -11,7 +11,10 @@ def parents() -> list:
 
 
 def add_arguments(p) -> None:
-    p.add_argument("file", nargs="?", metavar="FILE", help="saved `nvidia-smi topo -m` output or "
+    from ..flags import path
+
+    p.epilog = "exit status: 0 read and shown, 2 bad input (no topology in the file, no nvidia-smi)"
+    p.add_argument("file", nargs="?", type=path("FILE"), metavar="FILE", help="saved `nvidia-smi topo -m` output or "
                    "NCCL_TOPO_DUMP_FILE XML (default: this machine)")
 
 

@@ -15,10 +15,11 @@ AXES = {"algo": "NCCL_ALGO", "proto": "NCCL_PROTO", "channels": "NCCL_MAX_NCHANN
 def parents() -> list:
     from ..bench.cli import ops
     from ..bench.engine import SWEEP_DTYPES
-    from ..bench.formulas import OPS
+    from ..bench.formulas import MAX_SWEEP_BYTES, OPS
     from ..flags import json_flag, outputs, ranks, sweep
 
-    return [sweep(ops, OPS, min_bytes="1K", max_bytes="256M", dtypes=SWEEP_DTYPES),
+    return [sweep(ops, OPS, min_bytes="1K", max_bytes="256M", dtypes=SWEEP_DTYPES,
+                  largest=MAX_SWEEP_BYTES),
             ranks(None, 300, min_ranks=2, why="a bandwidth sweep needs at least 2 ranks.",
                   timeout_help="seconds per setting before it counts as a hang"),
             outputs("also write every row as CSV", "also draw busbw vs size per setting"),
@@ -37,6 +38,8 @@ def add_arguments(p) -> None:
                    "(dtlab.tuning.PRESETS / GROUPS)")
     p.add_argument("--log-dir", dest="log_dir", help="keep NCCL's logs here, one folder per "
                    "setting (default: a temporary folder, removed)")
+    p.epilog = ("exit status: 0 measured, 1 a result was wrong (#wrong > 0), 2 bad input or no "
+                "setting finished")
 
 
 def _sweep_args(args) -> dict:
@@ -52,14 +55,26 @@ def check(args) -> None:
     from ..bench.cli import order
     from .runner import check as check_sweep
 
+    from ..runtime.plan import resolve
+
+    resolve(args.nprocs, args.backend, flags=True)
     axes = {}
     for dest, var in AXES.items():
         given = getattr(args, dest)
         if given:  # "Ring,Tree" -> ["Ring", "Tree"]; "default" -> None (NCCL's own choice)
             axes[var] = [None if v.strip().lower() == "default" else v.strip()
                          for v in given.split(",") if v.strip()]
-    settings = [s for name in (args.preset or "").split(",") if name.strip()
-                for s in preset(name)]
+            try:
+                grid(**{var: axes[var]})  # each flag's values on their own: named by the flag
+            except ValueError as e:
+                raise ValueError(f"--{dest.replace('_', '-')} {given}: {e}") from None
+    settings = []
+    for name in (args.preset or "").split(","):
+        if name.strip():
+            try:
+                settings += preset(name)
+            except ValueError as e:
+                raise ValueError(f"--preset {name}: {e}") from None
     if axes:
         settings += grid(**axes)  # the cartesian product of the flags given
     args.settings = settings or preset("quick")  # default, Ring, Tree, LL, Simple

@@ -10,7 +10,7 @@ from dtlab import cli
 
 @pytest.mark.parametrize("argv, says", [
     (["--bug", "sum_los"], "--bug 'sum_los' is not one of: none, no_sampler"),
-    (["--nprocs", "1"], "--nprocs 1: parity is a comparison with one process"),
+    (["--nprocs", "1"], "--nprocs 1: parity compares 2 to 8 ranks with one process: give 2"),
     (["--steps", "0"], "--steps 0 must be a whole number >= 1"),
     (["--dtype", "float16"], "--dtype 'float16'"),
     (["--fsdp", "--bug", "batchnorm"], "--fsdp takes no --bug/--fix"),

@@ -109,7 +109,8 @@ def _leaves(parser, path=()):
 
 def _string_options(parser) -> list[str]:
     return [a.option_strings[-1] if a.option_strings else a.dest for a in parser._actions
-            if a.nargs != 0 and a.type in (None, str) and not a.choices
+            if a.nargs != 0 and (a.type in (None, str) or getattr(a.type, "is_path", False))
+            and not a.choices
             and not isinstance(a, (argparse._HelpAction, argparse._SubParsersAction))]
 
 

@@ -90,4 +90,4 @@ def test_cli_tune_json_csv_plot(tmp_path, capsys):
 def test_cli_tune_bad_value_is_one_clear_error(capsys, no_orphans):
     assert main(["tune", "--algo", "NVLS", "--backend", "gloo"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("dtlab tune: NCCL_ALGO='NVLS'") and "never enables" in err
+    assert err.startswith("dtlab tune: --algo NVLS: NCCL_ALGO='NVLS'") and "never enables" in err

@@ -12,7 +12,9 @@ def parents() -> list:
 
 
 def add_arguments(p) -> None:
-    p.add_argument("dir", help="the folder to read (any mix of evidence files)")
+    from ...flags import path
+
+    p.add_argument("dir", type=path("DIR"), help="the folder to read (any mix of evidence files)")
     p.epilog = ("exit status: 0 no failure found, 1 failure found (named in the output), 2 no "
                 "usable evidence (or bad arguments)")
 
