@@ -64,7 +64,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "OS sandbox (where bubblewrap or user namespaces are missing): the "
                         "learner's code can then read and change anything you can; every "
                         "line reporting a grade says so")
-    sub = parser.add_subparsers(dest="course_command", metavar="STEP", required=True)
+    sub = parser.add_subparsers(dest="course_command", required=True, metavar="{release,"
+                                "validate,autograde,grade,merge,feedback,report}")
     r = sub.add_parser("release", parents=[common], help="student versions: solutions and hidden "
                        "tests stripped")
     r.add_argument("--out", metavar="DIR", help="also copy them to DIR/<assignment>.ipynb; an "
