@@ -40,9 +40,14 @@ def check_args(size: str, steps: int, nprocs: int | None, backend: str,
                out: str | None) -> None:
     """Raises ValueError / LaunchError for bad arguments; starts nothing."""
     from ..runtime.plan import resolve
+    from .train import WARMUP_STEPS
     from .train import check_args as check_train
 
     check_train(size, steps)
+    if steps <= WARMUP_STEPS:  # a step time from warm-up steps alone is no baseline
+        raise ValueError(f"steps={steps}: a baseline needs at least {WARMUP_STEPS + 1} steps, so "
+                         f"that its step time is from steps after the {WARMUP_STEPS} warm-up "
+                         f"steps.")
     resolve(nprocs, backend)
     if out is not None:
         check_output_folder(out, "out", empty=True, so="two baselines never mix")

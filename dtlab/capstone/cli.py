@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import argparse
 
+EXIT = "exit status: 0 done, 2 bad input"
+OUT_DEFAULT = ("default: a new folder under ./dtlab-evidence/, or $DTLAB_EVIDENCE_ROOT")
+
 
 def _ranks(low: int):
     from ..flags import ranks
@@ -39,9 +42,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="capstone_command", metavar="{train,baseline,hang}",
                            required=True)
     size = dict(type=_size, default="tiny")
+    what = ("train the Llama-style model with FSDP2; loss, step time, tokens/s, peak memory and "
+            "MFU per rank")
     t = sub.add_parser("train", parents=[_ranks(1), json_flag("machine-readable summary on "
-                       "stdout")], help="train the Llama-style model with FSDP2; loss, step "
-                       "time, tokens/s, peak memory and MFU per rank")
+                       "stdout")], help=what, description=what + ".", epilog=EXIT)
     t.add_argument("--size", **size, help="tiny (CPU, seconds), small, 1b (GPUs); default tiny")
     t.add_argument("--steps", type=whole("--steps", 1, MAX_STEPS), default=30,
                    help="training steps (default 30)")
@@ -52,22 +56,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     t.add_argument("--data", type=one_of("--data", ("text", "random")), default="text",
                    help="text (stdlib sources as bytes, default) or random (uniform ids, as the "
                    "benchmark)")
+    what = ("a clean run recorded before anything breaks: NCCL logs (NCCL_DEBUG=INFO from "
+            "launch), rings and trees, a throughput table, saved as an evidence folder")
     b = sub.add_parser("baseline", parents=[_ranks(1), json_flag("machine-readable baseline on "
-                       "stdout")], help="a clean run recorded before anything breaks: NCCL logs "
-                       "(NCCL_DEBUG=INFO from launch), rings and trees, a throughput table, "
-                       "saved as an evidence folder")
+                       "stdout")], help=what, description=what + ".", epilog=EXIT)
     b.add_argument("--size", **size, help="tiny, small, 1b (default tiny)")
     b.add_argument("--steps", type=whole("--steps", 1, MAX_STEPS), default=STEPS,
-                   help=f"training steps (default {STEPS})")
-    b.add_argument("--out", default=None, help="baseline folder, new or empty (default: a new "
-                   "temporary folder)")
+                   help=f"training steps, more than the untimed warm-up steps (default {STEPS})")
+    b.add_argument("--out", default=None, help=f"baseline folder, new or empty ({OUT_DEFAULT})")
+    what = ("break the training job on purpose (a hang or an error for a real reason), collect "
+            "the evidence, print dtlab's diagnosis")
     h = sub.add_parser("hang", parents=[_ranks(2), json_flag("machine-readable report on "
-                       "stdout")], help="break the training job on purpose (a hang or an error "
-                       "for a real reason), collect the evidence, print dtlab's diagnosis")
+                       "stdout")], help=what, description=what + ".", epilog=EXIT)
     h.add_argument("--bug", type=one_of("--bug", BUGS), default="extra_metric",
                    help=f"{', '.join(BUGS)} (default extra_metric)")
-    h.add_argument("--out", default=None, help="evidence folder, new or empty (default: a new "
-                   "temporary folder)")
+    h.add_argument("--out", default=None, help=f"evidence folder, new or empty ({OUT_DEFAULT})")
     h.add_argument("--culprit", type=whole("--culprit", 0, 255), default=None,
                    help="the rank that does it wrong (default 1)")
     h.add_argument("--at-step", type=whole("--at-step", 1, MAX_STEP, "at least one good step first"), default=None,
@@ -108,11 +111,24 @@ def check(args) -> None:
         return
     if args.capstone_command == "baseline":
         from .baseline import check_args as check_baseline
+        from .train import WARMUP_STEPS
 
+        if args.steps <= WARMUP_STEPS:  # named as the flag; check_baseline checks it again
+            raise ValueError(f"--steps {args.steps}: a baseline needs at least "
+                             f"{WARMUP_STEPS + 1} steps, so that its step time is from steps "
+                             f"after the {WARMUP_STEPS} warm-up steps.")
         check_baseline(args.size, args.steps, args.nprocs, args.backend, args.out)
+        _cpu_size(args.size, resolve(args.nprocs, args.backend).backend)
         return
     check_args(args.size, args.steps, args.batch, args.seq)
-    resolve(args.nprocs, args.backend)
+    _cpu_size(args.size, resolve(args.nprocs, args.backend).backend)
+
+
+def _cpu_size(size: str, backend: str) -> None:
+    """The sizes above tiny are for GPUs: on gloo (CPU) one runs for many minutes, silently."""
+    if backend == "gloo" and size != "tiny":
+        raise ValueError(f"--size {size} needs GPUs (the NCCL backend): on CPU (gloo) it runs "
+                         f"for many minutes; use --size tiny on CPU.")
 
 
 def run(args):

@@ -294,7 +294,10 @@ def format_summary(s: dict) -> str:
                      f"{percent(r.get('of_matmul')):>9}")
     gpus = {r.get("gpu") for r in s["ranks"]} - {None}
     unknown = [g for g in gpus if datasheet_peak(g) is None]
-    lines.append(f"ms/step: median after {WARMUP_STEPS} warm-up steps. MFU: (6N + 12 L d s) x "
+    timed = (f"median after {WARMUP_STEPS} warm-up steps" if len(losses) > WARMUP_STEPS else
+             f"from warm-up steps only (none ran after the {WARMUP_STEPS} warm-up steps: run "
+             f"more than {WARMUP_STEPS} steps for a steady-state figure)")
+    lines.append(f"ms/step: {timed}. MFU: (6N + 12 L d s) x "
                  f"tok/s / the GPU's datasheet dense bf16 peak (PaLM), N without the input "
                  f"embedding" + (f"; no datasheet peak known for {', '.join(unknown)}"
                                  if unknown else "")

@@ -64,7 +64,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "OS sandbox (where bubblewrap or user namespaces are missing): the "
                         "learner's code can then read and change anything you can; every "
                         "line reporting a grade says so")
-    sub = parser.add_subparsers(dest="course_command", metavar="STEP")
+    sub = parser.add_subparsers(dest="course_command", required=True, metavar="{release,"
+                                "validate,autograde,grade,merge,feedback,report}")
     r = sub.add_parser("release", parents=[common], help="student versions: solutions and hidden "
                        "tests stripped")
     r.add_argument("--out", metavar="DIR", help="also copy them to DIR/<assignment>.ipynb; an "
@@ -104,17 +105,59 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--csv", metavar="FILE", help="write the table as CSV to FILE (and print a "
                    "one-line summary)")
     p.add_argument("--json", action="store_true", help="machine-readable output (one record per row)")
-    parser.set_defaults(course_parser=parser)
+
+
+def check(args: argparse.Namespace) -> None:
+    """Refuses, before anything runs, what would otherwise fail part-way: a course root, an
+    output folder or a notebook that is not what the step needs (ValueError naming the flag)."""
+    from ..paths import check_output_folder
+
+    step = args.course_command
+    if args.root is not None:
+        if step == "report":  # only read: a folder, or nothing there yet
+            if os.path.lexists(args.root) and not os.path.isdir(args.root):
+                raise ValueError(f"--root {args.root!r} exists and is not a folder: give the "
+                                 f"course root folder")
+        else:
+            check_output_folder(args.root, "--root")
+    if step == "release" and args.out is not None:
+        check_output_folder(args.out, "--out")
+    if step == "grade":
+        why = _unreadable_notebook(args.notebook)
+        if why:
+            raise ValueError(why)
+        args.source = _source(args)
+        check_output_folder(args.out, "--out")
+
+
+def _source(args) -> str:
+    """The assignment's source notebook, checked readable: --source, else the assignment's
+    notebook in --notebooks (ValueError naming the flag)."""
+    from ..paths import shown, unreadable
+    from .layout import notebooks_dir
+
+    hint = "give the assignment's source .ipynb file"
+    if args.source is not None:
+        why = unreadable(args.source, 64 << 20)
+        if why:
+            raise ValueError(f"--source '{shown(args.source)}': {why}: {hint}")
+        return args.source
+    folder = notebooks_dir(args.notebooks)
+    path = os.path.join(folder, args.assignment + ".ipynb")
+    why = unreadable(path, 64 << 20) if os.path.basename(path) == args.assignment + ".ipynb" \
+        else "not a notebook's name"
+    if why:
+        raise ValueError(f"--assignment {args.assignment!r}: no source notebook "
+                         f"{shown(path)} ({why}): give an assignment of {shown(folder)} "
+                         f"(a notebook's stem), or --source NOTEBOOK")
+    return path
 
 
 def run(args: argparse.Namespace) -> int:
     from . import api
     from .layout import CourseError
 
-    step = getattr(args, "course_command", None)
-    if not step:
-        args.course_parser.print_help()
-        return 2
+    step = args.course_command
     try:
         return _STEPS[step](api, args)
     except CourseError as e:
@@ -185,10 +228,6 @@ def _autograde(api, args) -> int:
 def _grade(api, args) -> int:
     from .grade import grade
 
-    why = _unreadable_notebook(args.notebook)
-    if why:
-        print(f"dtlab course grade: {why}", file=sys.stderr)
-        return 2
     r = grade(args.notebook, args.assignment, out=args.out, student=args.student,
               source=args.source, cpu_s=args.cpu_limit, timeout=args.timeout,
               isolate=not args.unsafe_no_sandbox)

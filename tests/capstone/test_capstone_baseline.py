@@ -104,7 +104,16 @@ CASES = {
     "steps": (["--steps", "0"], "--steps 0 must be a whole number >= 1"),
     "out": (["--out", os.path.dirname(__file__)], "exists and is not an empty folder"),
     "backend": (["--backend", "foo"], "--backend 'foo' is not one of"),
+    "warm_up_only": (["--steps", "2"], "--steps 2: a baseline needs at least 3 steps"),
+    "1b_on_gloo": (["--size", "1b", "--backend", "gloo"], "--size 1b needs GPUs"),
 }
+
+
+def test_the_library_refuses_a_baseline_of_warm_up_steps_only():
+    from dtlab.capstone.baseline import check_args
+
+    with pytest.raises(ValueError, match="steps=2: a baseline needs at least 3 steps"):
+        check_args("tiny", 2, 1, "gloo", None)
 
 
 @pytest.mark.parametrize("case", CASES)

@@ -103,9 +103,10 @@ def test_gradebook_folder_must_exist(tmp_path, capsys):
     assert rc == 2 and "the gradebook's folder" in capsys.readouterr().err
 
 
-def test_cli_without_a_step_prints_help(capsys):
+def test_cli_without_a_step_is_refused_in_one_line_naming_the_steps(capsys):
     assert cli.main(["course"]) == 2
-    assert "release" in capsys.readouterr().out
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and "release" in err and "report" in err, err
 
 
 def test_the_student_lab_links_the_files_the_notebooks_cite(tmp_path):

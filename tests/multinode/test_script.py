@@ -102,3 +102,53 @@ def test_script_cli_and_bad_input():
     bad = subprocess.run([sys.executable, "-m", "dtlab", "multinode", "script", "--nodes", "2",
                           "--gpus-per-node", "0"], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and bad.stderr.startswith("dtlab multinode script: --gpus-per-node 0")
+
+
+@pytest.mark.parametrize("argv, start", [
+    (["--nodes", "x"], "--nodes 'x' is not a whole number"),
+    (["--port", "0"], "--port 0 must be a whole number"),
+    (["--ifname", "a b;rm"], "--ifname 'a b;rm' is not a network interface name"),
+    (["--ifname", "a" * 16], "--ifname "),
+    (["--master", ""], "--master '': give node 0's hostname"),
+    (["--master", "a b"], "--master 'a b': give node 0's hostname"),
+    (["--master", "h;rm"], "--master 'h;rm': "),
+    (["--slurm", "--master", "node0"], "--master 'node0' with --slurm: the sbatch script derives"),
+])
+def test_script_refuses_bad_flags_in_one_line(argv, start, capsys):
+    from dtlab.cli import main
+
+    assert main(["multinode", "script", "--nodes", "2", "--gpus-per-node", "8", *argv]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1, err
+    assert err.startswith("dtlab multinode script: " + start), err
+
+
+@pytest.mark.parametrize("master, endpoint", [("$MASTER_ADDR", "$MASTER_ADDR:29400"),
+                                              ("${HEAD}", "${HEAD}:29400"),
+                                              ("node-0.cluster", "node-0.cluster:29400"),
+                                              ("10.0.0.1", "10.0.0.1:29400"),
+                                              ("fe80::1", "[fe80::1]:29400"),
+                                              ("[fe80::1]", "[fe80::1]:29400")])
+def test_master_may_be_a_host_an_address_or_a_variable(master, endpoint):
+    line = torchrun_lines(2, 8, master=master, ifname="enp1s0f0.100")[0]
+    assert f"--rdzv-endpoint {endpoint} " in line
+    assert line.startswith("GLOO_SOCKET_IFNAME=enp1s0f0.100 NCCL_SOCKET_IFNAME=enp1s0f0.100 ")
+
+
+def test_the_library_refuses_what_the_cli_does():
+    with pytest.raises(ValueError, match="--ifname"):
+        sbatch(2, 8, ifname="eth0 x")
+    with pytest.raises(ValueError, match="--master"):
+        torchrun_lines(2, 8, master="")
+
+
+@pytest.mark.parametrize("sub", ["script", "simulate"])
+def test_subcommand_help_has_a_description(sub, capsys):
+    from dtlab.cli import main
+
+    assert main(["multinode", sub, "--help"]) == 0
+    out = capsys.readouterr().out
+    first = out.split("\n\n")[1]  # after the usage block
+    assert not first.startswith("options:") and not first.startswith("positional"), out
+    if sub == "simulate":
+        assert "exit status: 0" in out and "2 bad input" in out
