@@ -85,12 +85,13 @@ def test_ceiling_from_recorded_evidence(tmp_path):
 
 @pytest.mark.usefixtures("no_orphans")
 def test_timing_pitfalls_on_gloo():
-    df = bench.timing_pitfalls("all_reduce", "64K", nprocs=2, backend="gloo", iters=6, late_ms=30)
+    df = bench.timing_pitfalls("all_reduce", "64K", nprocs=2, backend="gloo", iters=6, late_ms=150)
     assert list(dict.fromkeys(df["method"])) == list(bench.pitfalls.METHODS)
     assert len(df) == 10 and (df["time_us"] > 0).all()
     clock = df[df["method"] == "one rank's clock"].set_index("rank")["time_us"]
-    # rank 0 waited ~30 ms / 6 calls for the late rank 1 inside its own loop
-    assert clock[0] - clock[1] > 2000, clock
+    # rank 0 waited ~150 ms / 6 calls = 25 ms a call for the late rank 1 inside its own loop;
+    # the lag is large beside a busy machine's noise (30 ms once showed as 1.1 ms under load)
+    assert clock[0] - clock[1] > 10_000, clock
     dtlab_rows = df[df["method"] == "dtlab"]["time_us"]
     assert dtlab_rows.nunique() == 1  # the MAX over ranks: one figure
     with pytest.raises(ValueError, match="all_reduce, broadcast or sendrecv"):

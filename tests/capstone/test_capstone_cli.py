@@ -10,7 +10,7 @@ from dtlab.cli import main
 CASES = {
     "size": (["--size", "huge"], "--size 'huge' is not one of: tiny, small, 1b"),
     "steps": (["--steps", "0"], "--steps 0 must be a whole number >= 1"),
-    "nprocs": (["--nprocs", "0"], "--nprocs 0 must be at least 1"),
+    "nprocs": (["--nprocs", "0"], "--nprocs 0: give at least 1"),
     "backend": (["--backend", "foo"], "--backend 'foo' is not one of"),
     "data": (["--data", "words"], "--data 'words' is not one of: text, random"),
     "seq": (["--seq", "-4"], "--seq -4 must be a whole number >= 1"),
