@@ -140,6 +140,28 @@ def path(flag: str):
     return convert
 
 
+def op_list(every, check, flag: str = "--op"):
+    """``type=`` for "all" or a comma list of collectives: each name through ``check(name)`` (the
+    command's own spellings; a ValueError naming ``op``), in order, each once. ``every()`` is
+    the list "all" stands for (called when read: a section may import torch for it)."""
+    def convert(text: str) -> list[str]:
+        if text.strip().lower() == "all":
+            return list(every())
+        names = text.split(",")
+        if not all(n.strip() for n in names):  # '' or 'a,,b': a slip
+            raise argparse.ArgumentTypeError(f"{flag} {text!r}: an empty name; give collectives "
+                                             f"separated by commas, e.g. all_reduce,all_gather "
+                                             f"(or all).")
+        out = []
+        for n in names:
+            try:
+                out.append(check(n.strip()))
+            except ValueError as e:
+                raise as_flag(e, "op", n.strip(), flag) from None
+        return list(dict.fromkeys(out))
+    return convert
+
+
 def one_of(flag: str, choices, check=None):
     """``type=`` for a name from a list; ``check`` (vocab.check_op, check_dtype) also takes
     other spellings of the same name."""

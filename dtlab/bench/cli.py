@@ -11,25 +11,10 @@ P2P_SIZE = "256M"  # --p2p's copy size when -e is left at the sweep's default
 
 def ops(text: str) -> list[str]:
     """``--op``'s type: "all" or a comma list of collectives, any spelling nccl-tests uses."""
-    import argparse
-
-    from ..flags import as_flag
+    from ..flags import op_list
     from .engine import resolve_ops
 
-    if text.strip().lower() == "all":
-        return resolve_ops("all")
-    names = text.split(",")
-    if not all(n.strip() for n in names):  # '' or 'a,,b': a slip
-        raise argparse.ArgumentTypeError(f"--op {text!r}: an empty name; give collectives "
-                                         f"separated by commas, e.g. all_reduce,all_gather (or "
-                                         f"all).")
-    out = []
-    for n in names:
-        try:
-            out += resolve_ops(n.strip())
-        except ValueError as e:
-            raise as_flag(e, "op", n.strip(), "--op") from None
-    return list(dict.fromkeys(out))
+    return op_list(lambda: resolve_ops("all"), lambda name: resolve_ops(name)[0])(text)
 
 
 def order(args) -> None:

@@ -5,27 +5,16 @@ collective checked on this machine's ranks (:func:`dtlab.collectives.validate_al
 from __future__ import annotations
 
 
-def _ops(text: str) -> list[str]:
-    """``--op``'s type: "all" or a comma list of names, each in any spelling bench takes."""
-    import argparse
+def _every() -> tuple:
+    from .validation import OPS
 
-    from ..flags import as_flag
-    from .validation import OPS, check_op
+    return OPS
 
-    if text.strip().lower() == "all":
-        return list(OPS)
-    names = text.split(",")
-    if not all(n.strip() for n in names):  # '' or 'a,,b': a slip
-        raise argparse.ArgumentTypeError(f"--op {text!r}: an empty name; give op names "
-                                         f"separated by commas, e.g. all_reduce,all_to_all "
-                                         f"(or all).")
-    out = []
-    for n in names:
-        try:
-            out.append(check_op(n.strip()))
-        except ValueError as e:
-            raise as_flag(e, "op", n.strip(), "--op") from None
-    return out
+
+def _one(name: str) -> str:
+    from .validation import check_op
+
+    return check_op(name)
 
 
 def parents() -> list:
@@ -36,7 +25,9 @@ def parents() -> list:
 
 
 def add_arguments(p) -> None:
-    p.add_argument("--op", type=_ops, default="all", help="all_reduce, all_gather, "
+    from ..flags import op_list
+
+    p.add_argument("--op", type=op_list(_every, _one), default="all", help="all_reduce, all_gather, "
                    "reduce_scatter, broadcast, reduce, all_to_all, gather, scatter, sendrecv, "
                    "batch_isend_irecv, a comma list, or all (default all)")
     p.epilog = "exit status: 0 nothing failed, 1 something failed, 2 bad input"
