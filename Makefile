@@ -20,8 +20,9 @@ TORCH_INDEX ?=
 LAB_ARGS ?=
 PYTEST_ARGS ?=
 # make test runs the suite in TEST_JOBS pytest-xdist workers (0: in one process). Part of it
-# waits on ranks, kernels and graders rather than computing: on 2 cores two workers took 21.4 min
-# where one took 26.4 (2026-11-27). Each worker has a temp dir of its own (tests/conftest.py).
+# waits on ranks, kernels and graders rather than computing: on 2 cores two workers took 12.2 min
+# from a clean clone (2026-11-28; the install before it 1.6 min). Each worker has a temp dir of
+# its own (tests/conftest.py).
 TEST_JOBS ?= 2
 STAMP := $(VENV)/.dtlab-installed
 
