@@ -86,16 +86,15 @@ def seconds(flag: str = "--timeout"):
     """``type=`` for a launch's timeout: seconds from the runtime's shortest to its longest
     (:func:`dtlab.runtime.plan.check_timeout`), or ``inf`` for no limit (None)."""
     def convert(text: str) -> float | None:
-        from .runtime.plan import MAX_TIMEOUT, MIN_TIMEOUT
+        from .runtime.plan import MAX_TIMEOUT, MIN_TIMEOUT, check_timeout
 
         value = _number_text(text, flag, float)
-        if value == float("inf"):
-            return None
-        if not MIN_TIMEOUT <= value <= MAX_TIMEOUT:  # NaN fails too
+        try:
+            return check_timeout(value, flag)  # the runtime's rule; its words are Python's
+        except ValueError:
             raise argparse.ArgumentTypeError(
                 f"{flag} {text.strip()}: give seconds from {MIN_TIMEOUT:g} to {MAX_TIMEOUT:g}, "
-                f"or inf for no limit")
-        return value
+                f"or inf for no limit") from None
     return convert
 
 

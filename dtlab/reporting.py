@@ -21,16 +21,13 @@ class Report(Protocol):
         """The text a person reads: what the command prints without ``--json``."""
 
 
-def to_json(report: Report) -> str:
-    return json.dumps(report.to_dict(), indent=1, default=str)
-
-
 def emit(report: Report, as_json: bool = False, file=None) -> None:
     """Print ``report`` as JSON (``--json``) or as text, to ``file`` (default stdout)."""
     if not isinstance(report, Report):
         raise TypeError(f"{type(report).__name__} has no to_dict() and render(): it is not a "
                         f"report (dtlab.reporting.Report)")
-    print(to_json(report) if as_json else report.render(), file=file or sys.stdout)
+    print(json.dumps(report.to_dict(), indent=1, default=str) if as_json else report.render(),
+          file=file or sys.stdout)
 
 
 class Data(dict):

@@ -75,10 +75,12 @@ def check(args) -> None:
         check_graph_possible(args.backend)
 
 
-def _save(args, df, plot) -> None:  # df: a DataFrame
+def save_outputs(args, df, plot) -> None:
+    """``--csv`` (the DataFrame ``df``) and ``--plot`` (``plot()``'s axes; None: nothing to draw),
+    where given: dtlab bench's and dtlab tune's."""
     if args.csv:
         df.to_csv(args.csv, index=False)
-    if args.plot:
+    if args.plot and plot is not None:
         import matplotlib
 
         matplotlib.use("Agg")  # a file, never a window
@@ -94,7 +96,7 @@ def run(args):
 
         size = args.maxbytes if args.maxbytes != parse_size("128M") else parse_size(P2P_SIZE)
         df = p2p.p2p_matrix(size=size, iters=args.iters, warmup=args.warmup_iters)
-        _save(args, df, lambda: p2p.plot_p2p(df, "uni_GBps"))
+        save_outputs(args, df, lambda: p2p.plot_p2p(df, "uni_GBps"))
         slow = p2p.slow_pairs(df, "uni_GBps")
         return Plain({"pairs": df.to_dict(orient="records"), "slow_pairs": slow},
                      df.to_string(index=False, float_format=lambda v: f"{v:.2f}")
@@ -106,7 +108,7 @@ def run(args):
                      args.warmup_iters, dtype=args.datatype, nprocs=args.nprocs,
                      backend=args.backend, progress=not args.json, timeout=args.timeout,
                      graph=args.graph)
-    _save(args, result.frame, lambda: bench.plot(result))
+    save_outputs(args, result.frame, lambda: bench.plot(result))
     wrong = any((r[g] or {}).get("wrong") for rep in result.to_reports() for r in rep["rows"]
                 for g in ("oop", "ip"))
     return result, 2 if result.frame.empty else 1 if wrong else 0

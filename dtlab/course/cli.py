@@ -138,13 +138,13 @@ def _source(args) -> str:
 
     hint = "give the assignment's source .ipynb file"
     if args.source is not None:
-        why = unreadable(args.source, 64 << 20)
+        why = unreadable(args.source)
         if why:
             raise ValueError(f"--source '{shown(args.source)}': {why}: {hint}")
         return args.source
     folder = notebooks_dir(args.notebooks)
     path = os.path.join(folder, args.assignment + ".ipynb")
-    why = unreadable(path, 64 << 20) if os.path.basename(path) == args.assignment + ".ipynb" \
+    why = unreadable(path) if os.path.basename(path) == args.assignment + ".ipynb" \
         else "not a notebook's name"
     if why:
         raise ValueError(f"--assignment {args.assignment!r}: no source notebook "

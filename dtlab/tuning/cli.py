@@ -83,17 +83,12 @@ def check(args) -> None:
 
 
 def run(args):
+    from ..bench.cli import save_outputs
     from . import plot, sweep
 
     result = sweep(args.settings, timeout=args.timeout, log_dir=args.log_dir, progress=True,
                    **_sweep_args(args))
     df = result.frame
-    if args.csv:
-        df.to_csv(args.csv, index=False)
-    if args.plot and (df["status"] == "ok").any():
-        import matplotlib
-
-        matplotlib.use("Agg")  # a file, never a window
-        plot(result).figure.savefig(args.plot, dpi=120, bbox_inches="tight")
     ok = df[df["status"] == "ok"]
+    save_outputs(args, df, (lambda: plot(result)) if not ok.empty else None)
     return result, 2 if ok.empty else 1 if (ok["wrong"].fillna(0) > 0).any() else 0
